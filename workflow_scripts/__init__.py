@@ -1,0 +1,1 @@
+"""specstudy: the Python that the Snakemake rules run."""
