@@ -1,0 +1,63 @@
+"""Types shared by the embedded engine and the HTTP server.
+
+The server codes against these names only. The engine itself is
+`workflow_scripts.engine.scheduler.Engine`:
+
+    Engine(model_path, spec, max_running_requests, random_seed, context_length=None)
+    .vocab_size, .eos_token_ids, .context_length
+    .start() / .stop()
+    .submit(rid, input_ids, params, sink)   # thread-safe; sink(TokenEvent) is called from the engine thread
+    .abort(rid)                             # thread-safe; frees the slot and emits ONE final event with
+                                            # finish_reason {"type": "abort", ...}, unless rid already finished
+                                            # (then nothing happens)
+    .stats() -> dict                        # avg_spec_accept_length, num_running, num_waiting, ...
+
+`sink` must be cheap and non-blocking (e.g. loop.call_soon_threadsafe onto an asyncio queue): it runs
+on the scheduling thread, and a slow sink slows every request.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class EngineConfigError(ValueError):
+    """Bad model dir / draft vocab mismatch / bad spec config; the message names the path or flag."""
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Per-request sampling knobs, with SGLang's meanings."""
+
+    temperature: float = 1.0  # 0 => greedy
+    top_p: float = 1.0
+    top_k: int = -1  # -1 => off
+    max_new_tokens: int = 128
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """Speculative decoding settings, named after SGLang's --speculative-* flags."""
+
+    algorithm: str  # "STANDALONE" | "NGRAM"
+    num_steps: int
+    eagle_topk: int  # only 1 supported
+    num_draft_tokens: int  # == num_steps + 1 with topk 1
+    draft_model_path: Path | None  # required for STANDALONE, None for NGRAM
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """Emitted for a request after every engine step that committed tokens to it (or finished it)."""
+
+    rid: str
+    new_ids: list[int]  # tokens committed this step (1..num_steps+1 under speculation; may be [] on abort)
+    finished: bool
+    finish_reason: dict | None  # {"type": "length", "length": n} | {"type": "stop", "matched": id} | {"type": "abort", "message": ...}
+    completion_tokens: int
+    spec_verify_ct: int  # target verify forwards for this request so far (0 when not speculating)
+    spec_accepted_drafts: int
+    spec_proposed_drafts: int
