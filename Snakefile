@@ -1,0 +1,30 @@
+# specstudy: tune SGLang speculative decoding and fused-MoE kernels, reproducibly.
+# `snakemake --cores 4` runs the default embedded-CPU study; see README.md for SGLang on GPUs.
+
+
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+# A study given with --configfile stands alone: it is not merged into the default study's settings.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config/config.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/models.smk"
+include: "rules/moe.smk"
+include: "rules/benchmark.smk"
+include: "rules/analysis.smk"
+
+
+rule all:
+    input:
+        all_outputs(),
+    default_target: True
+
+
+onsuccess:
+    print_article_tables()

@@ -1,0 +1,69 @@
+import json
+import os
+from pathlib import Path
+
+from snakemake.utils import validate
+
+from workflow_scripts.client.plan import plan_json, setting_workloads
+from workflow_scripts.launcher.command import SettingError, check_setting
+
+
+validate(config, schema="../config/schema.yaml", set_default=True)
+
+
+def check_config(config):
+    """What the schema cannot say: cross references and SGLang's speculation-flag rules, checked before any job."""
+    for name, setting in config["settings"].items():
+        try:
+            check_setting(name, setting)
+        except SettingError as err:
+            raise WorkflowError(str(err))
+        for workload in setting_workloads(config, name):
+            if workload not in config["workloads"]:
+                raise WorkflowError(
+                    f"settings.{name}.workloads: unknown workload {workload!r}; "
+                    f"allowed: {', '.join(config['workloads'])}"
+                )
+        if setting["moe_config"] == "tuned" and not config["moe"]["tune"]:
+            raise WorkflowError(
+                f"settings.{name}.moe_config is tuned but moe.tune is false; set moe.tune: true or moe_config: default"
+            )
+    if config["analysis"]["baseline"] not in config["settings"]:
+        raise WorkflowError(
+            f"analysis.baseline: {config['analysis']['baseline']!r} is not a setting; "
+            f"allowed: {', '.join(config['settings'])}"
+        )
+    if config["engine"] == "sglang" and not config["sglang"]["model_path"]:
+        raise WorkflowError("sglang.model_path: required when engine is sglang")
+
+
+check_config(config)
+
+STUDY = config["study"]
+RESULTS = f"results/{STUDY}"
+ENGINE = config["engine"]
+SETTINGS = list(config["settings"])
+LOGS = f"{RESULTS}/logs"
+
+
+def target_model():
+    """The target model dir: built by the models rule (embedded), or the user's checkpoint (sglang)."""
+    if ENGINE == "embedded":
+        return f"{RESULTS}/models/target"
+    return config["sglang"]["model_path"]
+
+
+def draft_model():
+    if ENGINE == "embedded":
+        return f"{RESULTS}/models/draft"
+    return config["sglang"]["draft_path"]
+
+
+def all_outputs():
+    return analysis_outputs()
+
+
+def print_article_tables():
+    """The article-style tables, printed at the end of a successful run."""
+    for path in sorted(Path(RESULTS, "tables").glob("article_*.md")):
+        print(f"\n## {path.stem}\n\n{path.read_text()}")

@@ -1,0 +1,20 @@
+if ENGINE == "embedded":
+
+    rule build_models:
+        output:
+            target=directory(f"{RESULTS}/models/target"),
+            draft=directory(f"{RESULTS}/models/draft"),
+        params:
+            preset=config["model"]["preset"],
+            seed=config["model"]["seed"],
+        log:
+            f"{LOGS}/build_models.log",
+        threads: workflow.cores
+        resources:
+            mem_mb=4000,
+            runtime=30,
+        conda:
+            "../envs/engine.yaml"
+        shell:
+            "python -m workflow_scripts.models.build --preset {params.preset} --seed {params.seed}"
+            " --target-out {output.target} --draft-out {output.draft} 2> {log}"

@@ -1,0 +1,72 @@
+"""Run one benchmark cell (setting × workload × concurrency × repeat) with exactly `c` requests in flight.
+
+`c` workers share one request counter: a worker sends its next request the moment its previous one ends, so
+the server always sees `c` open streams until the queue drains. The first `warmup` requests (by index) are
+marked as warm-up; the analysis leaves them out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+
+import aiohttp
+
+from workflow_scripts.client.prompts import Prompt
+from workflow_scripts.client.requests import RequestRecord, send
+
+
+@dataclass(frozen=True)
+class CellPlan:
+    concurrency: int
+    warmup: int
+    measured: int
+    api: str = "generate"
+    request_timeout_s: float = 300.0
+    model: str = "default"
+
+    @property
+    def total(self) -> int:
+        return self.warmup + self.measured
+
+
+@dataclass
+class CellResult:
+    records: list[RequestRecord]
+    warmup_ids: set[str]
+    wall_s: float
+    client_cpu_s: float  # the client's own CPU time over the cell: its overhead
+
+
+def sampling_params(workload: dict) -> dict:
+    return {
+        "temperature": workload["temperature"],
+        "top_p": workload["top_p"],
+        "top_k": workload["top_k"],
+        "max_new_tokens": workload["output_len"],
+        "ignore_eos": workload["ignore_eos"],
+    }
+
+
+async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str) -> CellResult:
+    counter = itertools.count()
+    records: list[RequestRecord] = []
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        while (i := next(counter)) < plan.total:
+            prompt = prompts[i % len(prompts)]
+            records.append(await send(session, base_url, plan.api, prompt, params, f"{tag}-{i}", plan.model))
+
+    timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
+    connector = aiohttp.TCPConnector(limit=plan.concurrency)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        await asyncio.gather(*(worker(session) for _ in range(plan.concurrency)))
+    warmup_ids = {f"{tag}-{i}" for i in range(plan.warmup)}
+    return CellResult(records, warmup_ids, time.perf_counter() - wall0, time.process_time() - cpu0)
+
+
+def run_cell(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str) -> CellResult:
+    return asyncio.run(run_cell_async(base_url, plan, prompts, params, tag))

@@ -1,0 +1,147 @@
+"""One streamed request against an SGLang-compatible server, timed chunk by chunk.
+
+Speaks SGLang's native `POST /generate` (the default: it returns per-request `meta_info` with the
+speculation counters) and OpenAI's `POST /v1/completions`. All timestamps come from `time.perf_counter()`,
+one monotonic clock per process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from workflow_scripts.client.prompts import Prompt
+
+
+@dataclass
+class RequestRecord:
+    """What the client saw for one request; the columns of requests/{setting}.parquet (see DESIGN.md)."""
+
+    request_id: str
+    prompt_id: int
+    send_ts: float
+    first_token_ts: float | None = None
+    chunk_ts: list[float] = field(default_factory=list)
+    chunk_tokens: list[int] = field(default_factory=list)
+    end_ts: float | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    finish_reason: str | None = None
+    spec_verify_ct: int | None = None
+    accept_length: float | None = None
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    error: str | None = None
+
+    def as_row(self) -> dict:
+        row = {k: v for k, v in self.__dict__.items() if k != "text"}
+        row["ttft_s"] = None if self.first_token_ts is None else self.first_token_ts - self.send_ts
+        row["e2e_s"] = None if self.end_ts is None or self.error else self.end_ts - self.send_ts
+        row["text_hash"] = hashlib.sha256(self.text.encode()).hexdigest()
+        return row
+
+
+def generate_payload(prompt: Prompt, params: dict) -> dict:
+    body: dict = {"sampling_params": params, "stream": True}
+    if prompt.input_ids is not None:
+        body["input_ids"] = prompt.input_ids
+    else:
+        body["text"] = prompt.text
+    return body
+
+
+def completions_payload(prompt: Prompt, params: dict, model: str) -> dict:
+    return {
+        "model": model,
+        "prompt": prompt.input_ids if prompt.input_ids is not None else prompt.text,
+        "max_tokens": params["max_new_tokens"],
+        "temperature": params["temperature"],
+        "top_p": params["top_p"],
+        "top_k": params["top_k"],
+        "ignore_eos": params["ignore_eos"],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+
+
+async def _sse_events(resp: aiohttp.ClientResponse):
+    """Yield the JSON payload of each `data:` line until `data: [DONE]`."""
+    async for raw in resp.content:
+        line = raw.decode().strip()
+        if not line.startswith("data:"):
+            continue
+        data = line[len("data:") :].strip()
+        if data == "[DONE]":
+            return
+        yield json.loads(data)
+
+
+def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+    meta = chunk.get("meta_info", {})
+    done = meta.get("completion_tokens", 0)
+    seen = sum(rec.chunk_tokens)
+    if done > seen:
+        if rec.first_token_ts is None:
+            rec.first_token_ts = now
+        rec.chunk_ts.append(now)
+        rec.chunk_tokens.append(done - seen)
+    ids = chunk.get("output_ids") or []
+    # SGLang streams output_ids cumulatively in some versions and incrementally in others.
+    rec.output_ids = list(ids) if len(ids) == done else rec.output_ids + list(ids)
+    rec.text = chunk.get("text", rec.text)
+    rec.prompt_tokens = meta.get("prompt_tokens", rec.prompt_tokens)
+    rec.output_tokens = done
+    reason = meta.get("finish_reason")
+    if reason:
+        rec.finish_reason = reason.get("type") if isinstance(reason, dict) else str(reason)
+        if rec.finish_reason == "abort":
+            rec.error = f"server aborted the request: {reason}"
+    if "spec_verify_ct" in meta:
+        rec.spec_verify_ct = meta["spec_verify_ct"]
+        rec.accept_length = meta.get("spec_accept_length") or (done / meta["spec_verify_ct"] if meta["spec_verify_ct"] else None)
+
+
+def _on_completions_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+    usage = chunk.get("usage")
+    if usage:
+        rec.prompt_tokens = usage.get("prompt_tokens")
+        rec.output_tokens = usage.get("completion_tokens")
+    for choice in chunk.get("choices", []):
+        if choice.get("text"):
+            if rec.first_token_ts is None:
+                rec.first_token_ts = now
+            rec.chunk_ts.append(now)
+            rec.text += choice["text"]
+        if choice.get("finish_reason"):
+            rec.finish_reason = choice["finish_reason"]
+
+
+async def send(
+    session: aiohttp.ClientSession, base_url: str, api: str, prompt: Prompt, params: dict, request_id: str, model: str
+) -> RequestRecord:
+    """Send one streaming request; never raises for a server-side failure: the error text lands in the record."""
+    if api == "generate":
+        url, body, on_chunk = f"{base_url}/generate", generate_payload(prompt, params), _on_generate_chunk
+    else:
+        url, body, on_chunk = f"{base_url}/v1/completions", completions_payload(prompt, params, model), _on_completions_chunk
+    rec = RequestRecord(request_id=request_id, prompt_id=prompt.prompt_id, send_ts=time.perf_counter())
+    try:
+        async with session.post(url, json=body) as resp:
+            if resp.status != 200:
+                rec.error = f"HTTP {resp.status}: {(await resp.text())[:500]}"
+            else:
+                async for chunk in _sse_events(resp):
+                    if "error" in chunk:
+                        rec.error = f"server error: {json.dumps(chunk['error'])[:500]}"
+                        break
+                    on_chunk(rec, chunk, time.perf_counter())
+                if rec.error is None and rec.finish_reason is None:
+                    rec.error = "stream ended without a finish_reason"
+    except (aiohttp.ClientError, TimeoutError) as err:
+        rec.error = f"{type(err).__name__}: {err}"[:500] or type(err).__name__
+    rec.end_ts = time.perf_counter()
+    return rec
