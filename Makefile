@@ -1,0 +1,45 @@
+# Two entry points on a fresh machine: `make study` (set up + run the default embedded study and its report)
+# and `make test` (set up + run the test suite). Both bootstrap .venv from the pinned requirements.
+SHELL := /bin/bash
+VENV := .venv
+STAMP := $(VENV)/.installed
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export HF_HUB_OFFLINE := 1
+export PYTHONPATH := $(abspath .)
+STUDY ?= embedded-cpu
+CORES ?= 4
+
+.PHONY: study report test system-deps lint clean-venv
+
+$(STAMP): requirements.txt constraints.txt
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	# torch first, from the CPU build pinned in constraints.txt: a bare `torch` would pull a multi-GB CUDA build
+	$(VENV)/bin/pip install -q -c constraints.txt torch==2.13.0
+	$(VENV)/bin/pip install -q -c constraints.txt -r requirements.txt
+	touch $@
+
+study: $(STAMP)
+	snakemake --cores $(CORES)
+	snakemake --report results/$(STUDY)/report.html
+
+report: $(STAMP)
+	snakemake --report results/$(STUDY)/report.html
+	snakemake --report results/$(STUDY)/report.zip
+
+# Debian packages the tests drive for real: headless Chromium (report check) and a one-node Slurm.
+system-deps:
+	@if ! command -v chromium >/dev/null || ! command -v slurmctld >/dev/null; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			chromium munge slurmctld slurmd slurm-client >/dev/null; \
+	fi
+
+test: $(STAMP) system-deps
+	pytest -q tests
+
+lint: $(STAMP)
+	snakefmt --check Snakefile rules/
+	snakemake --lint
+
+clean-venv:
+	rm -rf $(VENV)

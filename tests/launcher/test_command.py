@@ -1,0 +1,81 @@
+"""Server command lines built from settings, for both engines."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from workflow_scripts.launcher.command import ServerSpec, SettingError, build_command, check_setting
+
+STEPS2 = {
+    "speculative_algorithm": "STANDALONE",
+    "speculative_num_steps": 2,
+    "speculative_eagle_topk": 1,
+    "speculative_num_draft_tokens": 3,
+    "extra_args": ["--log-level", "debug"],
+}
+
+
+def flags(argv: list[str]) -> dict[str, str]:
+    return {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i].startswith("--")}
+
+
+def test_embedded_command_speaks_sglang_flags():
+    spec = ServerSpec("embedded", "/m/target", "/m/draft", "127.0.0.1", 64, 7, num_threads=2)
+    argv = build_command(spec, STEPS2, port=31000)
+    assert argv[:3] == [sys.executable, "-m", "workflow_scripts.engine.launch_server"]
+    f = flags(argv)
+    assert f["--model-path"] == "/m/target" and f["--port"] == "31000" and f["--random-seed"] == "7"
+    assert f["--speculative-algorithm"] == "STANDALONE" and f["--speculative-num-steps"] == "2"
+    assert f["--speculative-eagle-topk"] == "1" and f["--speculative-num-draft-tokens"] == "3"
+    assert f["--speculative-draft-model-path"] == "/m/draft"
+    assert f["--max-running-requests"] == "64" and f["--num-threads"] == "2"
+    assert argv[-2:] == ["--log-level", "debug"]
+    assert "--tp-size" not in f
+
+
+def test_sglang_command_sets_tp_mem_fraction_and_always_max_running_requests():
+    spec = ServerSpec("sglang", "/ckpt/qwen", "/ckpt/eagle", "0.0.0.0", 32, 0, sglang_python="/opt/sg/bin/python",
+                      tp_size=4, mem_fraction_static=0.85)
+    setting = dict(STEPS2, speculative_algorithm="EAGLE", max_running_requests=16, extra_args=[])
+    argv = build_command(spec, setting, port=30000)
+    assert argv[:3] == ["/opt/sg/bin/python", "-m", "sglang.launch_server"]
+    f = flags(argv)
+    assert f["--tp-size"] == "4" and f["--mem-fraction-static"] == "0.85"
+    assert f["--max-running-requests"] == "16"  # the setting's own value wins over the server default
+    assert f["--speculative-draft-model-path"] == "/ckpt/eagle"
+
+
+def test_ngram_needs_no_draft_and_baseline_has_no_speculation():
+    spec = ServerSpec("embedded", "/m/target", "/m/draft", "127.0.0.1", 8, 0)
+    ngram = build_command(spec, dict(STEPS2, speculative_algorithm="NGRAM", extra_args=[]), port=1)
+    assert "--speculative-draft-model-path" not in ngram and flags(ngram)["--speculative-algorithm"] == "NGRAM"
+    baseline = build_command(spec, {}, port=1)
+    assert not any(a.startswith("--speculative") for a in baseline)
+
+
+def test_draft_algorithm_without_any_draft_is_refused():
+    spec = ServerSpec("sglang", "/ckpt/qwen", None, "127.0.0.1", 8, 0)
+    with pytest.raises(SettingError, match="speculative_draft_model_path"):
+        build_command(spec, STEPS2, port=1)
+
+
+@pytest.mark.parametrize(
+    "setting,message",
+    [
+        ({"speculative_algorithm": "STANDALONE", "speculative_num_steps": 2}, "together or not at all"),
+        (dict(STEPS2, speculative_num_draft_tokens=4), "must be speculative_num_steps \\+ 1 = 3"),
+        ({"speculative_eagle_topk": 1}, "speculative_eagle_topk is set but speculative_algorithm is not"),
+        ({"bogus": 1}, "unknown key"),
+    ],
+)
+def test_check_setting_names_the_setting_and_key(setting, message):
+    with pytest.raises(SettingError, match=message) as err:
+        check_setting("s1", setting)
+    assert "settings.s1" in str(err.value)
+
+
+def test_check_setting_accepts_algorithm_alone_and_topk_above_one():
+    check_setting("a", {"speculative_algorithm": "NGRAM"})
+    check_setting("b", dict(STEPS2, speculative_eagle_topk=4, speculative_num_draft_tokens=8))

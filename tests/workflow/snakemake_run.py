@@ -1,0 +1,49 @@
+"""Run the real Snakemake on the repository's Snakefile in a scratch working directory."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def snakemake(workdir: Path, config: dict, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
+    """`snakemake --configfile <workdir>/study.yaml -d <workdir> ...` with the repo importable."""
+    cfg = workdir / "study.yaml"
+    cfg.write_text(yaml.safe_dump(config, sort_keys=False))
+    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(cfg), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+def planned_jobs(workdir: Path, config: dict) -> dict[str, int]:
+    """Job counts per rule from a dry run (`snakemake -n`)."""
+    proc = snakemake(workdir, config, "-n", "--cores", "2")
+    out = proc.stdout + proc.stderr
+    if "Nothing to be done" in out:
+        return {}
+    table = out.split("Job stats:", 1)[1]
+    jobs = dict((m.group(1), int(m.group(2))) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M))
+    jobs.pop("total", None)
+    return jobs
+
+
+def planned_wildcards(workdir: Path, config: dict, rule: str) -> list[str]:
+    """The `wildcards:` lines of the planned jobs of one rule, from a dry run."""
+    proc = snakemake(workdir, config, "-n", "--cores", "2")
+    blocks = re.split(r"\n(?=\[.*\]\nrule |rule )", proc.stdout)
+    found = []
+    for block in blocks:
+        if re.search(rf"^rule {rule}:", block, re.M):
+            m = re.search(r"wildcards: (.*)", block)
+            found.append(m.group(1) if m else "")
+    return sorted(found)

@@ -1,0 +1,66 @@
+"""A bad config fails before any job runs, with a message that names the key and what is allowed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from tests.workflow.snakemake_run import REPO, snakemake
+
+GOOD = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+
+
+def with_edit(edit) -> dict:
+    config = copy.deepcopy(GOOD)
+    edit(config)
+    return config
+
+
+CASES = [
+    ("unknown top-level key", lambda c: c.update(colour="blue"), ["'colour' was unexpected"]),
+    ("unknown setting key", lambda c: c["settings"]["steps1"].update(speculative_num_stepz=2), ["speculative_num_stepz"]),
+    ("wrong type", lambda c: c["benchmark"].update(concurrency="many"), ["concurrency", "'many' is not of type 'array'"]),
+    (
+        "setting names a missing workload",
+        lambda c: c["settings"]["baseline"].update(workloads=["chat"]),
+        ["settings.baseline.workloads", "'chat'", "allowed: synthetic, realistic"],
+    ),
+    (
+        "draft tokens inconsistent with steps",
+        lambda c: c["settings"]["steps2"].update(speculative_num_draft_tokens=5),
+        ["settings.steps2", "speculative_num_draft_tokens must be speculative_num_steps + 1 = 3"],
+    ),
+    (
+        "only some speculation flags",
+        lambda c: c["settings"]["steps1"].pop("speculative_eagle_topk"),
+        ["settings.steps1", "together or not at all", "speculative_eagle_topk"],
+    ),
+    (
+        "speculation flags without an algorithm",
+        lambda c: c["settings"]["baseline"].update(speculative_num_steps=2),
+        ["settings.baseline", "speculative_num_steps is set but speculative_algorithm is not"],
+    ),
+    (
+        "unknown algorithm",
+        lambda c: c["settings"]["steps1"].update(speculative_algorithm="MEDUSA"),
+        ["speculative_algorithm", "'MEDUSA' is not one of"],
+    ),
+    ("baseline not a setting", lambda c: c.update(analysis={"baseline": "nope"}), ["analysis.baseline", "'nope'"]),
+]
+
+
+@pytest.mark.parametrize("name,edit,expected", CASES, ids=[c[0] for c in CASES])
+def test_bad_config_fails_before_any_job(tmp_path, name, edit, expected):
+    proc = snakemake(tmp_path, with_edit(edit), "-n", "--cores", "1", check=False, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    for fragment in expected:
+        assert fragment in out, f"{fragment!r} not in:\n{out[-3000:]}"
+    assert not (tmp_path / "results").exists()
+
+
+def test_good_config_plans_the_full_dag(tmp_path):
+    proc = snakemake(tmp_path, GOOD, "-n", "--cores", "1", timeout=120)
+    assert "benchmark" in proc.stdout and "build_models" in proc.stdout
