@@ -1,0 +1,182 @@
+"""The embedded engine's fused-MoE layer and its per-batch-size kernel configs.
+
+Mirrors SGLang's fused_moe_triton layout so that the MoE-tuning stage treats both engines alike:
+configs live in `$SGLANG_MOE_CONFIG_DIR/configs/<ENGINE_VERSION_DIR>/E=..,N=..,device_name=...json`
+as JSON `{batch_size: config}`, the entry nearest to the token count M is used, and the file used
+(or missing) is logged in SGLang's words. A "kernel config" here is a CPU execution strategy plus
+a token block size; they change speed only, never the result (beyond float rounding).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger(__name__)
+
+ENGINE_VERSION_DIR = "embedded_v1"
+STRATEGIES = ("loop", "sorted", "gather_bmm")
+BLOCK_MS = (8, 16, 32, 64, 128, 256)
+DEFAULT_CONFIG: dict = {"strategy": "sorted", "block_m": 256}
+
+
+def search_space() -> list[dict]:
+    """Every kernel config the tuner may try."""
+    return [{"strategy": s, "block_m": b} for s in STRATEGIES for b in BLOCK_MS]
+
+
+def device_name() -> str:
+    """CPU model name with spaces as underscores (SGLang uses the CUDA device name the same way)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip().replace(" ", "_")
+    except OSError:
+        pass
+    import platform
+
+    return (platform.processor() or platform.machine() or "unknown_cpu").replace(" ", "_")
+
+
+def config_file_name(E: int, N: int, device: str, dtype: str | None = None) -> str:
+    """SGLang's file naming: E=<experts>,N=<intermediate>,device_name=<dev>[,dtype=<dtype>].json."""
+    suffix = f",dtype={dtype}" if dtype is not None else ""
+    return f"E={E},N={N},device_name={device}{suffix}.json"
+
+
+def config_dir() -> Path:
+    """Folder searched for config files; SGLANG_MOE_CONFIG_DIR overrides this package's folder."""
+    root = os.environ.get("SGLANG_MOE_CONFIG_DIR") or str(Path(__file__).parent)
+    return Path(root) / "configs" / ENGINE_VERSION_DIR
+
+
+def validate_config(config: dict, where: str) -> dict:
+    """Reject configs this engine cannot run, naming the file/key at fault."""
+    if not isinstance(config, dict):
+        raise ValueError(f"{where}: MoE config must be an object, got {config!r}")
+    strategy = config.get("strategy")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"{where}: 'strategy' must be one of {STRATEGIES}, got {strategy!r}")
+    block_m = config.get("block_m")
+    if not isinstance(block_m, int) or isinstance(block_m, bool) or block_m < 1:
+        raise ValueError(f"{where}: 'block_m' must be a positive int, got {block_m!r}")
+    return {"strategy": strategy, "block_m": block_m}
+
+
+@functools.lru_cache(maxsize=None)
+def get_moe_configs(E: int, N: int) -> dict[int, dict] | None:
+    """Load {batch_size: config} for (E, N) once; None when no file exists (then the default is used)."""
+    path = config_dir() / config_file_name(E, N, device_name())
+    if not path.is_file():
+        logger.warning(
+            "Config file not found at %s. Using default MoE kernel config. Performance might be sub-optimal!",
+            path.absolute(),
+        )
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not valid JSON ({e})") from e
+    if not isinstance(raw, dict) or not raw:
+        raise ValueError(f"{path}: expected a non-empty object {{batch_size: config}}")
+    configs: dict[int, dict] = {}
+    for key, cfg in raw.items():
+        try:
+            bs = int(key)
+        except ValueError as e:
+            raise ValueError(f"{path}: batch size key {key!r} is not an integer") from e
+        configs[bs] = validate_config(cfg, f"{path} [{key}]")
+    logger.info("Using MoE kernel config from %s.", path.absolute())
+    return configs
+
+
+def get_moe_config(E: int, N: int, M: int) -> dict:
+    """Config for M tokens: the file's entry with batch size nearest to M (SGLang's rule), else the default."""
+    configs = get_moe_configs(E, N)
+    if configs is None:
+        return dict(DEFAULT_CONFIG)
+    return configs[min(configs, key=lambda bs: abs(bs - M))]
+
+
+def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax-then-top-k routing as Qwen3-MoE does; returns (weights [M, k], expert ids [M, k])."""
+    probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
+    weights, ids = torch.topk(probs, top_k, dim=-1)
+    if renormalize:
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+    return weights, ids
+
+
+def _expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    gate, up = F.linear(x, w13).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, w2)
+
+
+def _loop(hidden, weights, ids, w13, w2, out) -> None:
+    """One pass per expert that received tokens; token lookup with a mask per expert."""
+    for e in torch.unique(ids).tolist():
+        tok, slot = torch.where(ids == e)
+        y = _expert_mlp(hidden[tok], w13[e], w2[e]) * weights[tok, slot, None]
+        out.index_add_(0, tok, y)
+
+
+def _sorted(hidden, weights, ids, w13, w2, out) -> None:
+    """Sort (token, expert) pairs by expert once, then one matmul per contiguous expert segment."""
+    top_k = ids.shape[1]
+    flat = ids.reshape(-1)
+    order = torch.argsort(flat, stable=True)
+    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()
+    tok_sorted = order // top_k
+    x = hidden[tok_sorted]
+    w_sorted = weights.reshape(-1)[order, None]
+    ys = []
+    start = 0
+    for e, n in enumerate(counts):
+        if n:
+            ys.append(_expert_mlp(x[start : start + n], w13[e], w2[e]))
+            start += n
+    out.index_add_(0, tok_sorted, torch.cat(ys) * w_sorted)
+
+
+def _gather_bmm(hidden, weights, ids, w13, w2, out) -> None:
+    """Gather each (token, expert) pair's weights and run one batched matmul (copies the weights)."""
+    M, top_k = ids.shape
+    flat = ids.reshape(-1)
+    x = hidden.repeat_interleave(top_k, dim=0).unsqueeze(-1)  # [M*k, H, 1]
+    gate, up = torch.bmm(w13[flat], x).squeeze(-1).chunk(2, dim=-1)
+    y = torch.bmm(w2[flat], (F.silu(gate) * up).unsqueeze(-1)).squeeze(-1)  # [M*k, H]
+    out += (y * weights.reshape(-1, 1)).view(M, top_k, -1).sum(dim=1)
+
+
+_KERNELS = {"loop": _loop, "sorted": _sorted, "gather_bmm": _gather_bmm}
+
+
+def fused_moe(
+    hidden: torch.Tensor,
+    router_logits: torch.Tensor,
+    w13: torch.Tensor,
+    w2: torch.Tensor,
+    top_k: int,
+    renormalize: bool,
+    config: dict,
+) -> torch.Tensor:
+    """Route M tokens to top_k of E experts and sum their SiLU-gated MLP outputs.
+
+    hidden [M, H], router_logits [M, E], w13 [E, 2N, H] (gate rows then up rows), w2 [E, H, N].
+    `config` = {"strategy": one of STRATEGIES, "block_m": tokens per chunk}.
+    """
+    kernel = _KERNELS[config["strategy"]]
+    block_m = config["block_m"]
+    weights, ids = route(router_logits, top_k, renormalize)
+    weights = weights.to(hidden.dtype)
+    out = torch.zeros_like(hidden)
+    for s in range(0, hidden.shape[0], block_m):
+        kernel(hidden[s : s + block_m], weights[s : s + block_m], ids[s : s + block_m], w13, w2, out[s : s + block_m])
+    return out

@@ -1,0 +1,280 @@
+"""A minimal Qwen3 / Qwen3-MoE decoder with a preallocated, slot-indexed KV cache.
+
+Written by hand rather than using transformers' modules because the engine needs ragged batched
+forwards (each row at its own position, T new tokens per row) over a cache it owns, with little
+Python overhead per step. Weights are read straight from a transformers save_pretrained folder.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from workflow_scripts.engine.fused_moe import fused_moe, get_moe_config
+from workflow_scripts.engine.types import EngineConfigError
+
+SUPPORTED_ARCHS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The config.json fields the decoder uses."""
+
+    arch: str
+    vocab_size: int
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    tie_word_embeddings: bool
+    eos_token_ids: tuple[int, ...]
+    num_experts: int
+    top_k: int
+    norm_topk_prob: bool
+    moe_intermediate_size: int
+    moe_layers: frozenset[int]
+
+
+def _eos_ids(value) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(value) if isinstance(value, list) else (int(value),)
+
+
+def load_config(model_dir: Path) -> ModelConfig:
+    """Parse config.json (and generation_config.json for EOS), naming the file and key at fault."""
+    path = model_dir / "config.json"
+    if not model_dir.is_dir():
+        raise EngineConfigError(f"model directory {model_dir} does not exist")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise EngineConfigError(f"{path} is missing") from e
+    except json.JSONDecodeError as e:
+        raise EngineConfigError(f"{path} is not valid JSON: {e}") from e
+    archs = raw.get("architectures") or []
+    arch = next((a for a in archs if a in SUPPORTED_ARCHS), None)
+    if arch is None:
+        raise EngineConfigError(f"{path}: 'architectures' {archs} has none of {SUPPORTED_ARCHS}")
+    if raw.get("use_sliding_window"):
+        raise EngineConfigError(f"{path}: 'use_sliding_window' is not supported")
+    rope = raw.get("rope_parameters") or {}
+    if rope.get("rope_type", "default") != "default" or raw.get("rope_scaling"):
+        raise EngineConfigError(f"{path}: only default RoPE is supported, got {rope or raw.get('rope_scaling')}")
+    eos = _eos_ids(raw.get("eos_token_id"))
+    gen_path = model_dir / "generation_config.json"
+    if not eos and gen_path.is_file():
+        eos = _eos_ids(json.loads(gen_path.read_text(encoding="utf-8")).get("eos_token_id"))
+    try:
+        n_layers = int(raw["num_hidden_layers"])
+        num_heads = int(raw["num_attention_heads"])
+        is_moe = arch == "Qwen3MoeForCausalLM"
+        num_experts = int(raw.get("num_experts") or raw.get("num_local_experts") or 0) if is_moe else 0
+        if is_moe and num_experts == 0:
+            raise EngineConfigError(f"{path}: MoE model without 'num_experts' / 'num_local_experts'")
+        sparse_step = int(raw.get("decoder_sparse_step", 1))
+        dense_only = set(raw.get("mlp_only_layers") or [])
+        moe_layers = frozenset(
+            i for i in range(n_layers) if num_experts and i not in dense_only and (i + 1) % sparse_step == 0
+        )
+        return ModelConfig(
+            arch=arch,
+            vocab_size=int(raw["vocab_size"]),
+            hidden_size=int(raw["hidden_size"]),
+            num_layers=n_layers,
+            num_heads=num_heads,
+            num_kv_heads=int(raw.get("num_key_value_heads") or num_heads),
+            head_dim=int(raw.get("head_dim") or raw["hidden_size"] // num_heads),
+            rms_norm_eps=float(raw.get("rms_norm_eps", 1e-6)),
+            rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 10000.0))),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 32768)),
+            tie_word_embeddings=bool(raw.get("tie_word_embeddings", False)),
+            eos_token_ids=eos,
+            num_experts=num_experts,
+            top_k=int(raw.get("num_experts_per_tok", 0)) if is_moe else 0,
+            norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
+            moe_intermediate_size=int(raw.get("moe_intermediate_size", 0)) if is_moe else 0,
+            moe_layers=moe_layers,
+        )
+    except KeyError as e:
+        raise EngineConfigError(f"{path}: missing key {e.args[0]!r}") from e
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3 RMSNorm (statistics in fp32, as transformers computes them)."""
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    x1, x2 = x.chunk(2, dim=-1)
+    return torch.cat((-x2, x1), dim=-1)
+
+
+@dataclass
+class Layer:
+    """One decoder layer's weights; the MLP is dense (w_gate_up/w_down) or MoE (router/w13/w2)."""
+
+    input_norm: torch.Tensor
+    post_norm: torch.Tensor
+    w_qkv: torch.Tensor
+    w_o: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    w_gate_up: torch.Tensor | None = None
+    w_down: torch.Tensor | None = None
+    router: torch.Tensor | None = None
+    w13: torch.Tensor | None = None
+    w2: torch.Tensor | None = None
+
+
+class KVCache:
+    """Per-slot K/V buffers: k[layer] is [slots, kv_heads, capacity, head_dim].
+
+    Row b of a forward uses slot (slot_offset + b); the scheduler keeps running sequences in
+    slots 0..B-1 so a batch reads its cache as a plain slice, never a gather.
+    """
+
+    def __init__(self, cfg: ModelConfig, slots: int, capacity: int, dtype: torch.dtype):
+        shape = (slots, cfg.num_kv_heads, capacity, cfg.head_dim)
+        # torch.empty: pages are only touched (and counted in RSS) as sequences grow.
+        self.k = [torch.empty(shape, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.v = [torch.empty(shape, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.capacity = capacity
+
+    def move_slot(self, src: int, dst: int, length: int) -> None:
+        """Copy the first `length` positions of slot src into slot dst (compaction after a finish)."""
+        for buf in (*self.k, *self.v):
+            buf[dst, :, :length] = buf[src, :, :length]
+
+
+class DecoderModel:
+    """Qwen3 (dense) or Qwen3-MoE causal LM, inference only."""
+
+    def __init__(self, model_dir: Path, dtype: torch.dtype = torch.float32):
+        self.path = Path(model_dir)
+        self.cfg = cfg = load_config(self.path)
+        self.dtype = dtype
+        weights_path = self.path / "model.safetensors"
+        if not weights_path.is_file():
+            raise EngineConfigError(f"{weights_path} is missing (sharded checkpoints are not supported)")
+        try:
+            sd = load_file(str(weights_path))
+        except Exception as e:  # safetensors raises several error types for a corrupt file
+            raise EngineConfigError(f"{weights_path} cannot be read: {e}") from e
+        self._sd = sd
+        self.embed = self._take("model.embed_tokens.weight")
+        self.final_norm = self._take("model.norm.weight")
+        self.lm_head = self.embed if cfg.tie_word_embeddings else self._take("lm_head.weight")
+        if self.embed.shape[0] != cfg.vocab_size:
+            raise EngineConfigError(f"{weights_path}: embedding rows {self.embed.shape[0]} != vocab_size {cfg.vocab_size}")
+        self.layers = [self._load_layer(i) for i in range(cfg.num_layers)]
+        del self._sd
+        inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, cfg.head_dim, 2, dtype=torch.float32) / cfg.head_dim))
+        self._inv_freq = inv_freq
+        self._rope_len = 0
+        self._cos = self._sin = torch.empty(0)
+        self.scale = cfg.head_dim**-0.5
+
+    def _take(self, name: str) -> torch.Tensor:
+        try:
+            return self._sd[name].to(self.dtype).contiguous()
+        except KeyError as e:
+            raise EngineConfigError(f"{self.path / 'model.safetensors'}: tensor {name!r} is missing") from e
+
+    def _load_layer(self, i: int) -> Layer:
+        p = f"model.layers.{i}."
+        layer = Layer(
+            input_norm=self._take(p + "input_layernorm.weight"),
+            post_norm=self._take(p + "post_attention_layernorm.weight"),
+            w_qkv=torch.cat([self._take(p + f"self_attn.{n}_proj.weight") for n in "qkv"]).contiguous(),
+            w_o=self._take(p + "self_attn.o_proj.weight"),
+            q_norm=self._take(p + "self_attn.q_norm.weight"),
+            k_norm=self._take(p + "self_attn.k_norm.weight"),
+        )
+        if i in self.cfg.moe_layers:
+            m = p + "mlp."
+            E = self.cfg.num_experts
+            layer.router = self._take(m + "gate.weight")
+            layer.w13 = torch.stack(
+                [torch.cat([self._take(f"{m}experts.{e}.gate_proj.weight"), self._take(f"{m}experts.{e}.up_proj.weight")]) for e in range(E)]
+            )
+            layer.w2 = torch.stack([self._take(f"{m}experts.{e}.down_proj.weight") for e in range(E)])
+        else:
+            layer.w_gate_up = torch.cat([self._take(p + "mlp.gate_proj.weight"), self._take(p + "mlp.up_proj.weight")]).contiguous()
+            layer.w_down = self._take(p + "mlp.down_proj.weight")
+        return layer
+
+    def new_cache(self, slots: int, capacity: int) -> KVCache:
+        """A cache for `slots` sequences of up to `capacity` positions each."""
+        return KVCache(self.cfg, slots, capacity, self.dtype)
+
+    def _rope(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        need = int(positions.max()) + 1
+        if need > self._rope_len:
+            n = max(need, 2 * self._rope_len, 256)
+            freqs = torch.outer(torch.arange(n, dtype=torch.float32), self._inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self._cos, self._sin, self._rope_len = emb.cos().to(self.dtype), emb.sin().to(self.dtype), n
+        return self._cos[positions], self._sin[positions]
+
+    @torch.inference_mode()
+    def forward(self, tokens: torch.Tensor, start: torch.Tensor, cache: KVCache, slot_offset: int = 0) -> torch.Tensor:
+        """Run tokens [B, T] for rows whose caches already hold start[b] positions; return final hidden [B, T, H].
+
+        Row b's tokens go to positions start[b]..start[b]+T-1 of slot slot_offset+b. Rows with fewer
+        real tokens may be right-padded: padded positions write cache entries beyond the row's
+        length, which no later query reads before they are overwritten.
+        """
+        cfg = self.cfg
+        B, T = tokens.shape
+        offsets = torch.arange(T)
+        positions = start[:, None] + offsets[None, :]  # [B, T]
+        kv_len = int(positions.max()) + 1
+        if kv_len > cache.capacity:
+            raise ValueError(f"position {kv_len - 1} exceeds KV cache capacity {cache.capacity}")
+        cos, sin = self._rope(positions)
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
+        mask = torch.arange(kv_len)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, L]
+        rows = torch.arange(slot_offset, slot_offset + B)[:, None].expand(B, T)
+        nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        h = F.embedding(tokens, self.embed)
+        for li, layer in enumerate(self.layers):
+            x = rms_norm(h, layer.input_norm, cfg.rms_norm_eps)
+            q, k, v = F.linear(x, layer.w_qkv).split((nh * hd, nkv * hd, nkv * hd), dim=-1)
+            q = rms_norm(q.view(B, T, nh, hd), layer.q_norm, cfg.rms_norm_eps).transpose(1, 2)
+            k = rms_norm(k.view(B, T, nkv, hd), layer.k_norm, cfg.rms_norm_eps).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            kc, vc = cache.k[li], cache.v[li]
+            kc[rows, :, positions] = k.transpose(1, 2)
+            vc[rows, :, positions] = v.view(B, T, nkv, hd)
+            keys = kc[slot_offset : slot_offset + B, :, :kv_len]
+            values = vc[slot_offset : slot_offset + B, :, :kv_len]
+            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=nh != nkv)
+            h = h + F.linear(attn.transpose(1, 2).reshape(B, T, nh * hd), layer.w_o)
+            x = rms_norm(h, layer.post_norm, cfg.rms_norm_eps)
+            h = h + self._mlp(layer, x.view(B * T, -1)).view(B, T, -1)
+        return rms_norm(h, self.final_norm, cfg.rms_norm_eps)
+
+    def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
+        if layer.w13 is None:
+            gate, up = F.linear(x, layer.w_gate_up).chunk(2, dim=-1)
+            return F.linear(F.silu(gate) * up, layer.w_down)
+        cfg = self.cfg
+        config = get_moe_config(cfg.num_experts, cfg.moe_intermediate_size, x.shape[0])
+        return fused_moe(x, F.linear(x, layer.router), layer.w13, layer.w2, cfg.top_k, cfg.norm_topk_prob, config)
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head in fp32 (sampling wants full precision)."""
+        return F.linear(hidden, self.lm_head).float()

@@ -1,0 +1,100 @@
+"""Draft proposers for speculative decoding: a small draft model (STANDALONE) or n-gram lookup (NGRAM).
+
+Both return the same shape of proposal, so the scheduler verifies them with one code path:
+(draft tokens [B, K], draft distributions [B, K, V] or None for a point mass, real drafts per row [B]).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import torch
+
+from workflow_scripts.engine import ngram
+from workflow_scripts.engine.model import DecoderModel
+from workflow_scripts.engine.sampling import RowParams, sample, sampling_probs
+
+if TYPE_CHECKING:
+    from workflow_scripts.engine.scheduler import Sequence
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: torch.Tensor  # [B, K] long (padding past num[b] is arbitrary)
+    probs: torch.Tensor | None  # [B, K, V], or None: deterministic proposal
+    num: torch.Tensor  # [B] long, real drafts per row
+
+
+class Drafter(Protocol):
+    def prefill(self, seqs: list[Sequence], slot_offset: int) -> None: ...
+    def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal: ...
+    def move_slot(self, src: int, dst: int, length: int) -> None: ...
+
+
+def pad_rows(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token lists into [B, T] (pad id 0) and return their lengths [B]."""
+    lens = torch.tensor([len(r) for r in rows])
+    out = torch.zeros((len(rows), int(lens.max())), dtype=torch.long)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = torch.tensor(r)
+    return out, lens
+
+
+class StandaloneDrafter:
+    """Runs the draft model over every running sequence in lock-step batched forwards.
+
+    Each sequence's draft cache holds `seq.draft_len` positions. Before proposing, the draft
+    catches up on the committed tokens it has not seen (1 or 2 after a verify, ragged across rows);
+    that forward already yields the first draft token, then k-1 single-token forwards follow.
+    """
+
+    def __init__(self, model: DecoderModel, slots: int, capacity: int):
+        self.model = model
+        self.cache = model.new_cache(slots, capacity)
+
+    def prefill(self, seqs: list[Sequence], slot_offset: int) -> None:
+        tokens, _ = pad_rows([s.tokens for s in seqs])
+        self.model.forward(tokens, torch.zeros(len(seqs), dtype=torch.long), self.cache, slot_offset)
+        for s in seqs:
+            s.draft_len = len(s.tokens)
+
+    def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal:
+        B = len(seqs)
+        tokens, lens = pad_rows([s.tokens[s.draft_len :] for s in seqs])
+        start = torch.tensor([s.draft_len for s in seqs])
+        hidden = self.model.forward(tokens, start, self.cache)[torch.arange(B), lens - 1]
+        drafts, dists = [], []
+        for step in range(k):
+            probs = sampling_probs(self.model.logits(hidden), params)
+            tok = sample(probs, generator)
+            drafts.append(tok)
+            dists.append(probs)
+            start = start + (lens if step == 0 else 1)
+            if step + 1 < k:
+                hidden = self.model.forward(tok[:, None], start, self.cache)[:, 0]
+        for s, n in zip(seqs, start.tolist()):
+            s.draft_len = n
+        return Proposal(torch.stack(drafts, 1), torch.stack(dists, 1), torch.full((B,), k))
+
+    def move_slot(self, src: int, dst: int, length: int) -> None:
+        self.cache.move_slot(src, dst, length)
+
+
+class NgramDrafter:
+    """Proposes continuations found earlier in the sequence; rows without a match propose nothing."""
+
+    def prefill(self, seqs: list[Sequence], slot_offset: int) -> None:
+        pass
+
+    def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal:
+        rows = [ngram.propose(s.tokens, k) for s in seqs]
+        num = torch.tensor([len(r) for r in rows])
+        width = int(num.max())
+        tokens = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        return Proposal(tokens, None, num)
+
+    def move_slot(self, src: int, dst: int, length: int) -> None:
+        pass
