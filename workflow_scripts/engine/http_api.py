@@ -1,0 +1,260 @@
+"""SGLang's HTTP API over the embedded engine: same paths, payloads and field names.
+
+Checked against SGLang 0.5.23 (`srt/entrypoints/http_server.py`, `openai/serving_completions.py`,
+`benchmark/serving.py`): /generate streams cumulative `text` and `output_ids` (SGLang's default,
+`incremental_streaming_output=False`) as SSE `data:` lines ending in `data: [DONE]`; /v1/completions streams
+OpenAI text deltas; /server_info carries `internal_states[0].avg_spec_accept_length`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+
+from fastapi import FastAPI, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from workflow_scripts.engine.http_errors import RequestError, error_body, error_response
+from workflow_scripts.engine.http_schemas import ModelLimits, parse_json_object, prepare_completion, prepare_generate
+from workflow_scripts.engine.server_generate import Generator, PreparedRequest
+from workflow_scripts.engine.types import SamplingParams
+
+log = logging.getLogger(__name__)
+
+SERVER_VERSION = "0.1.0-embedded"
+HEALTH_CHECK_TIMEOUT_S = 20.0
+
+
+@dataclass
+class ServerState:
+    """What the routes share: the engine bridge, model limits, the args to report, and readiness."""
+
+    generator: Generator
+    limits: ModelLimits
+    server_info: dict  # resolved server args, reported by /server_info
+    model_info: dict
+    engine_stats: Callable[[], dict]
+    ready: bool = False  # set after the warm-up request; /health* answer 503 until then
+    startup_time: float = field(default_factory=time.time)
+
+
+def sse(payload: dict | str) -> bytes:
+    data = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
+    return f"data: {data}\n\n".encode()
+
+
+async def _json_body(request: Request) -> dict:
+    return parse_json_object(await request.body())
+
+
+async def _first_then_rest(
+    outputs: AsyncIterator[dict], render: Callable[[dict], list[bytes]], tail: Callable[[], list[bytes]]
+) -> StreamingResponse | Response:
+    """Start the SSE response only once the first output exists, so an engine refusal is still a 4xx."""
+    try:
+        first = await anext(outputs)
+    except StopAsyncIteration:  # the client went away before any token
+        return Response(status_code=499)
+    except RequestError:
+        raise
+    except ValueError as err:  # the engine refused it; its messages start with the field name
+        raise engine_refusal(err) from None
+
+    async def body() -> AsyncIterator[bytes]:
+        try:
+            for chunk in render(first):
+                yield chunk
+            async for output in outputs:
+                for chunk in render(output):
+                    yield chunk
+            for chunk in tail():
+                yield chunk
+            yield sse("[DONE]")
+        finally:
+            await outputs.aclose()
+
+    return StreamingResponse(body(), media_type="text/event-stream")
+
+
+def engine_refusal(err: ValueError) -> RequestError:
+    field, sep, message = str(err).partition(": ")
+    return RequestError(field, message) if sep else RequestError("body", str(err))
+
+
+async def _final(gen: Generator, reqs: list[PreparedRequest], request: Request) -> list[dict] | None:
+    try:
+        return await gen.final(reqs, request.is_disconnected)
+    except RequestError:
+        raise
+    except ValueError as err:
+        raise engine_refusal(err) from None
+
+
+def _openai_finish(meta: dict) -> tuple[str | None, int | str | None]:
+    reason = meta["finish_reason"]
+    if reason is None:
+        return None, None
+    return reason["type"], reason.get("matched")
+
+
+def create_app(state: ServerState) -> FastAPI:
+    app = FastAPI(title="specstudy embedded engine (SGLang API)", version=SERVER_VERSION)
+    app.state.server = state
+    gen = state.generator
+
+    @app.exception_handler(RequestError)
+    async def _request_error(_: Request, err: RequestError) -> JSONResponse:
+        log.info("refused request: %s", err)
+        return error_response(err)
+
+    @app.exception_handler(Exception)
+    async def _internal_error(_: Request, err: Exception) -> JSONResponse:
+        log.exception("internal error")
+        return JSONResponse(error_body(f"internal error: {err!r}", None, 500), status_code=500)
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request) -> Response:
+        reqs, stream, is_batch = prepare_generate(await _json_body(request), state.limits)
+        if stream:
+            outputs = gen.merged_outputs(reqs, request.is_disconnected)
+            return await _first_then_rest(outputs, lambda out: [sse(out)], list)
+        results = await _final(gen, reqs, request)
+        if results is None:
+            return Response(status_code=499)
+        return JSONResponse(results if is_batch else results[0])
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Response:
+        reqs, body = prepare_completion(await _json_body(request), state.limits)
+        created = int(time.time())
+
+        def chunk(rid: str, choices: list[dict], usage: dict | None = None) -> dict:
+            out = {"id": rid, "object": "text_completion", "created": created, "model": body.model, "choices": choices}
+            if usage is not None:
+                out["usage"] = usage
+            return out
+
+        if not body.stream:
+            results = await _final(gen, reqs, request)
+            if results is None:
+                return Response(status_code=499)
+            choices = []
+            for i, result in enumerate(results):
+                reason, matched = _openai_finish(result["meta_info"])
+                choices.append(
+                    {"index": i, "text": result["text"], "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+                )
+            prompt_tokens = sum(r["meta_info"]["prompt_tokens"] for r in results)
+            completion_tokens = sum(r["meta_info"]["completion_tokens"] for r in results)
+            usage = _usage(prompt_tokens, completion_tokens)
+            return JSONResponse(chunk(results[0]["meta_info"]["id"], choices, usage))
+
+        sent_chars: dict[int, int] = {}
+        counts: dict[int, tuple[int, int]] = {}
+        last_id = [reqs[0].rid]
+
+        def render(output: dict) -> list[bytes]:
+            index = output.get("index", 0)
+            meta = output["meta_info"]
+            offset = sent_chars.get(index, 0)
+            sent_chars[index] = len(output["text"])
+            counts[index] = (meta["prompt_tokens"], meta["completion_tokens"])
+            last_id[0] = meta["id"]
+            reason, matched = _openai_finish(meta)
+            choice = {
+                "index": index,
+                "text": output["text"][offset:],
+                "logprobs": None,
+                "finish_reason": reason,
+                "matched_stop": matched,
+            }
+            return [sse(chunk(meta["id"], [choice]))]
+
+        def tail() -> list[bytes]:
+            options = body.stream_options
+            if options is None or not options.include_usage:
+                return []
+            usage = _usage(sum(p for p, _ in counts.values()), sum(c for _, c in counts.values()))
+            return [sse(chunk(last_id[0], [], usage))]
+
+        return await _first_then_rest(gen.merged_outputs(reqs, request.is_disconnected), render, tail)
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [_model_card(state)]}
+
+    @app.get("/v1/models/{model:path}")
+    async def model(model: str) -> Response:
+        card = _model_card(state)
+        if model != card["id"]:
+            raise RequestError("model", f"{model!r} is not served here (serving {card['id']!r})", status_code=404)
+        return JSONResponse(card)
+
+    @app.get("/health")
+    async def health() -> Response:
+        return Response(status_code=200 if state.ready else 503)
+
+    @app.get("/health_generate")
+    async def health_generate() -> Response:
+        if not state.ready:
+            return Response(status_code=503)
+        ok = await _one_token(gen)
+        return Response(status_code=200 if ok else 503)
+
+    @app.get("/server_info")
+    @app.get("/get_server_info")
+    async def server_info() -> dict:
+        return {
+            **state.server_info,
+            "startup_time": state.startup_time,
+            "internal_states": [state.engine_stats()],
+            "version": SERVER_VERSION,
+            "frontend": "python",
+        }
+
+    @app.get("/model_info")
+    @app.get("/get_model_info")
+    async def model_info() -> dict:
+        return state.model_info
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache() -> Response:
+        # The engine keeps no prefix cache across requests, so there is nothing to flush.
+        return Response(content="Cache flushed.\n", status_code=200)
+
+    return app
+
+
+def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def _model_card(state: ServerState) -> dict:
+    return {
+        "id": state.model_info["served_model_name"],
+        "object": "model",
+        "created": int(state.startup_time),
+        "owned_by": "sglang",
+        "root": state.model_info["model_path"],
+        "max_model_len": state.limits.context_length,
+    }
+
+
+async def _one_token(gen: Generator) -> bool:
+    """A real one-token greedy generation through the engine, bounded in time."""
+    req = PreparedRequest(input_ids=[0], params=SamplingParams(temperature=0.0, max_new_tokens=1, ignore_eos=True))
+
+    try:
+        results = await asyncio.wait_for(gen.final([req]), HEALTH_CHECK_TIMEOUT_S)
+    except TimeoutError:
+        log.error("health check: no token within %.0f s", HEALTH_CHECK_TIMEOUT_S)
+        return False
+    return bool(results) and results[0]["meta_info"]["completion_tokens"] == 1

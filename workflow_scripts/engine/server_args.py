@@ -1,0 +1,199 @@
+"""Command-line flags of the embedded server, with SGLang's names, defaults and speculation rules.
+
+Kept free of torch imports so that a bad flag or model directory fails in well under a second, with one line
+that names the flag or path at fault.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import NoReturn
+
+from workflow_scripts.engine.types import SpecConfig
+
+SPEC_ALGORITHMS = ("STANDALONE", "NGRAM")
+# SGLang's `_auto_choose_speculative_params` answers (steps 3, topk 1, draft tokens 4) for STANDALONE and for
+# every architecture it does not list, which includes Qwen3-MoE. NGRAM in SGLang defaults to a 12-token tree;
+# our NGRAM proposes a chain (topk 1), so it takes the same chain defaults as STANDALONE.
+DEFAULT_SPEC_STEPS, DEFAULT_SPEC_TOPK, DEFAULT_SPEC_DRAFT_TOKENS = 3, 1, 4
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+class ServerArgsError(ValueError):
+    """A flag or model directory the server refuses; the message is one line naming the flag or path."""
+
+
+@dataclass(frozen=True)
+class ServerArgs:
+    """Resolved server settings; `/server_info` reports them under SGLang's field names."""
+
+    model_path: str
+    tokenizer_path: str
+    served_model_name: str
+    host: str
+    port: int
+    max_running_requests: int
+    random_seed: int
+    log_level: str
+    context_length: int | None
+    num_threads: int | None
+    speculative_algorithm: str | None
+    speculative_draft_model_path: str | None
+    speculative_num_steps: int | None
+    speculative_eagle_topk: int | None
+    speculative_num_draft_tokens: int | None
+
+    def spec_config(self) -> SpecConfig | None:
+        """The engine's view of the speculation flags (None when not speculating)."""
+        if self.speculative_algorithm is None:
+            return None
+        return SpecConfig(
+            algorithm=self.speculative_algorithm,
+            num_steps=self.speculative_num_steps,
+            eagle_topk=self.speculative_eagle_topk,
+            num_draft_tokens=self.speculative_num_draft_tokens,
+            draft_model_path=Path(self.speculative_draft_model_path) if self.speculative_draft_model_path else None,
+        )
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse prints usage plus an error and exits 2; we want the error alone, raised, as one line."""
+
+    def error(self, message: str) -> NoReturn:
+        raise ServerArgsError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _OneLineParser(
+        prog="python -m workflow_scripts.engine.launch_server",
+        description="Embedded CPU engine behind SGLang's HTTP API (SGLang's flag names and meanings).",
+        allow_abbrev=False,
+    )
+    p.add_argument("--model-path", required=True, help="HF-format model dir (config.json, *.safetensors)")
+    p.add_argument("--tokenizer-path", default=None, help="dir with tokenizer.json (default: --model-path)")
+    p.add_argument("--served-model-name", default=None, help="name in /v1/models (default: --model-path)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=30000)
+    p.add_argument("--max-running-requests", type=int, default=32)
+    p.add_argument("--random-seed", type=int, default=None, help="default: a random seed, reported by /server_info")
+    p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
+    p.add_argument("--context-length", type=int, default=None, help="default: the model's max_position_embeddings")
+    p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (ours, not SGLang's)")
+    p.add_argument("--speculative-algorithm", default=None, choices=SPEC_ALGORITHMS)
+    p.add_argument("--speculative-draft-model-path", default=None)
+    p.add_argument("--speculative-num-steps", type=int, default=None)
+    p.add_argument("--speculative-eagle-topk", type=int, default=None)
+    p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    return p
+
+
+def read_model_config(path: str, flag: str) -> dict:
+    """config.json of a model dir, or a one-line error naming the flag and the path."""
+    model_dir = Path(path)
+    if not model_dir.is_dir():
+        raise ServerArgsError(f"{flag}: {path} is not a directory")
+    config_file = model_dir / "config.json"
+    try:
+        config = json.loads(config_file.read_text())
+    except FileNotFoundError:
+        raise ServerArgsError(f"{flag}: {config_file} is missing") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ServerArgsError(f"{flag}: {config_file} is not valid JSON ({err})") from None
+    if not isinstance(config, dict) or not isinstance(config.get("vocab_size"), int):
+        raise ServerArgsError(f"{flag}: {config_file} has no integer vocab_size")
+    if not any(model_dir.glob("*.safetensors")):
+        raise ServerArgsError(f"{flag}: {path} holds no *.safetensors weights")
+    return config
+
+
+def _check_positive(ns: argparse.Namespace, name: str, minimum: int = 1) -> None:
+    value = getattr(ns, name)
+    if value is not None and value < minimum:
+        raise ServerArgsError(f"--{name.replace('_', '-')} must be >= {minimum}, got {value}")
+
+
+def _resolve_speculation(ns: argparse.Namespace) -> tuple[int | None, int | None, int | None]:
+    """SGLang's rules: all three numbers or none (then defaults), topk 1 only here, draft tokens = steps + 1."""
+    numbers = {
+        "--speculative-num-steps": ns.speculative_num_steps,
+        "--speculative-eagle-topk": ns.speculative_eagle_topk,
+        "--speculative-num-draft-tokens": ns.speculative_num_draft_tokens,
+    }
+    given = [flag for flag, value in numbers.items() if value is not None]
+    if ns.speculative_algorithm is None:
+        extra = given + (["--speculative-draft-model-path"] if ns.speculative_draft_model_path else [])
+        if extra:
+            raise ServerArgsError(f"{extra[0]} is set but --speculative-algorithm is not")
+        return None, None, None
+    if ns.speculative_algorithm == "STANDALONE" and not ns.speculative_draft_model_path:
+        raise ServerArgsError("--speculative-draft-model-path is required with --speculative-algorithm STANDALONE")
+    if ns.speculative_algorithm == "NGRAM" and ns.speculative_draft_model_path:
+        raise ServerArgsError("--speculative-draft-model-path must not be set with --speculative-algorithm NGRAM")
+    if not given:
+        return DEFAULT_SPEC_STEPS, DEFAULT_SPEC_TOPK, DEFAULT_SPEC_DRAFT_TOKENS
+    if len(given) != len(numbers):
+        missing = [flag for flag in numbers if flag not in given]
+        raise ServerArgsError(
+            "set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens "
+            f"together or not at all (missing: {', '.join(missing)})"
+        )
+    steps, topk, draft_tokens = ns.speculative_num_steps, ns.speculative_eagle_topk, ns.speculative_num_draft_tokens
+    if steps < 1:
+        raise ServerArgsError(f"--speculative-num-steps must be >= 1, got {steps}")
+    if topk != 1:
+        raise ServerArgsError(f"--speculative-eagle-topk {topk} is not supported by the embedded engine (only 1)")
+    if draft_tokens != steps + 1:
+        raise ServerArgsError(
+            f"--speculative-num-draft-tokens must be --speculative-num-steps + 1 = {steps + 1} with "
+            f"--speculative-eagle-topk 1, got {draft_tokens}"
+        )
+    return steps, topk, draft_tokens
+
+
+def parse_server_args(argv: Sequence[str]) -> ServerArgs:
+    """Parse and validate flags and model dirs; raises ServerArgsError with a one-line reason."""
+    ns = build_parser().parse_args(list(argv))
+    for name in ("max_running_requests", "num_threads"):
+        _check_positive(ns, name)
+    _check_positive(ns, "context_length", minimum=2)
+    if not 1 <= ns.port <= 65535:
+        raise ServerArgsError(f"--port must be in 1..65535, got {ns.port}")
+    steps, topk, draft_tokens = _resolve_speculation(ns)
+    target = read_model_config(ns.model_path, "--model-path")
+    tokenizer_path = ns.tokenizer_path or ns.model_path
+    tokenizer_file = Path(tokenizer_path) / "tokenizer.json"
+    if not tokenizer_file.is_file():
+        flag = "--tokenizer-path" if ns.tokenizer_path else "--model-path"
+        raise ServerArgsError(f"{flag}: {tokenizer_file} is missing")
+    if ns.speculative_draft_model_path:
+        draft = read_model_config(ns.speculative_draft_model_path, "--speculative-draft-model-path")
+        if draft["vocab_size"] != target["vocab_size"]:
+            raise ServerArgsError(
+                f"--speculative-draft-model-path: {ns.speculative_draft_model_path} has vocab_size "
+                f"{draft['vocab_size']}, the target {ns.model_path} has {target['vocab_size']}"
+            )
+    return ServerArgs(
+        model_path=ns.model_path,
+        tokenizer_path=tokenizer_path,
+        served_model_name=ns.served_model_name or ns.model_path,
+        host=ns.host,
+        port=ns.port,
+        max_running_requests=ns.max_running_requests,
+        random_seed=ns.random_seed if ns.random_seed is not None else random.randrange(2**30),
+        log_level=ns.log_level,
+        context_length=ns.context_length,
+        num_threads=ns.num_threads,
+        speculative_algorithm=ns.speculative_algorithm,
+        speculative_draft_model_path=ns.speculative_draft_model_path,
+        speculative_num_steps=steps,
+        speculative_eagle_topk=topk,
+        speculative_num_draft_tokens=draft_tokens,
+    )

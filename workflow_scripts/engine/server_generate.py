@@ -1,0 +1,199 @@
+"""Run one validated request through the engine and yield SGLang-shaped outputs, without blocking the event loop.
+
+The engine calls its sink from its own thread; `loop.call_soon_threadsafe` moves each TokenEvent onto a
+per-request asyncio.Queue. Events that piled up while the loop was busy are merged into one output, as SGLang's
+tokenizer manager merges scheduler batches. Whatever ends the consumer (finish, stop string, disconnect,
+cancellation) aborts the engine request in `finally`, so a slot is never leaked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+from workflow_scripts.engine.http_errors import RequestError
+from workflow_scripts.engine.server_text import OutputText
+from workflow_scripts.engine.types import SamplingParams, TokenEvent
+
+log = logging.getLogger(__name__)
+
+# How often a request with no new tokens checks whether its client went away.
+DISCONNECT_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class PreparedRequest:
+    """A request that passed validation: token ids and engine parameters, plus the server-side text options."""
+
+    input_ids: list[int]
+    params: SamplingParams
+    stop_strs: tuple[str, ...] = ()
+    no_stop_trim: bool = False
+    skip_special_tokens: bool = True
+    stream_interval: int = 1
+    rid: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+async def _never_disconnected() -> bool:
+    return False
+
+
+class Generator:
+    """Bridges the thread-based engine to asyncio and builds SGLang's `{text, output_ids, meta_info}` outputs."""
+
+    def __init__(self, engine, decode: Callable[[list[int], bool], str], speculating: bool):
+        self.engine = engine
+        self.decode = decode
+        self.speculating = speculating
+        self._in_flight: set[str] = set()
+
+    def _submit(self, req: PreparedRequest) -> asyncio.Queue[TokenEvent]:
+        if req.rid in self._in_flight:
+            raise RequestError("rid", f"{req.rid!r} is already in flight")
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
+
+        def sink(event: TokenEvent) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, event)
+            except RuntimeError:  # loop already closed: the server is shutting down
+                pass
+
+        self.engine.submit(req.rid, req.input_ids, req.params, sink)
+        self._in_flight.add(req.rid)
+        return queue
+
+    async def _next_events(
+        self, queue: asyncio.Queue[TokenEvent], is_disconnected: Callable[[], Awaitable[bool]]
+    ) -> list[TokenEvent] | None:
+        """The events queued so far (at least one), or None once the client has gone."""
+        while True:
+            try:
+                first = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
+                break
+            except TimeoutError:
+                if await is_disconnected():
+                    return None
+        events = [first]
+        while not queue.empty():
+            events.append(queue.get_nowait())
+        return events
+
+    def _meta_info(self, req: PreparedRequest, out: OutputText, last: TokenEvent, finish_reason, t0: float) -> dict:
+        meta = {
+            "id": req.rid,
+            "finish_reason": finish_reason,
+            "prompt_tokens": len(req.input_ids),
+            "weight_version": "default",
+            "completion_tokens": len(out.output_ids),
+            "cached_tokens": 0,
+        }
+        if finish_reason is None:
+            return meta
+        meta["e2e_latency"] = time.perf_counter() - t0
+        if self.speculating and last.spec_verify_ct > 0:
+            proposed = last.spec_proposed_drafts
+            meta.update(
+                spec_verify_ct=last.spec_verify_ct,
+                spec_accept_length=last.completion_tokens / last.spec_verify_ct,
+                spec_accept_rate=last.spec_accepted_drafts / proposed if proposed else 0.0,
+                spec_accepted_drafts=last.spec_accepted_drafts,
+                spec_proposed_drafts=proposed,
+                # SGLang 0.5.23 reports the same counts under these names.
+                spec_num_correct_drafts=last.spec_accepted_drafts,
+                spec_num_proposed_drafts=proposed,
+            )
+        return meta
+
+    async def outputs(
+        self, req: PreparedRequest, is_disconnected: Callable[[], Awaitable[bool]] = _never_disconnected
+    ) -> AsyncIterator[dict]:
+        """Cumulative outputs (SGLang's default, non-incremental streaming), the last one with a finish_reason.
+
+        Yields nothing more if the client disconnects; the engine request is aborted either way.
+        """
+        t0 = time.perf_counter()
+        out = OutputText(lambda ids: self.decode(ids, req.skip_special_tokens), req.stop_strs, req.no_stop_trim)
+        queue = self._submit(req)
+        finished = False
+        emitted_tokens = 0
+        try:
+            while not finished:
+                events = await self._next_events(queue, is_disconnected)
+                if events is None:
+                    log.info("client disconnected; aborting request %s", req.rid)
+                    return
+                finish_reason = None
+                for event in events:
+                    matched = out.extend(event.new_ids)
+                    if matched is not None:
+                        finish_reason = {"type": "stop", "matched": matched}
+                        break
+                    if event.finished:
+                        finish_reason = event.finish_reason
+                        break
+                finished = finish_reason is not None
+                if not finished and len(out.output_ids) - emitted_tokens < req.stream_interval:
+                    continue
+                emitted_tokens = len(out.output_ids)
+                yield {
+                    "text": out.text(finished),
+                    "output_ids": list(out.output_ids),
+                    "meta_info": self._meta_info(req, out, event, finish_reason, t0),
+                }
+        finally:
+            # The engine knows nothing of stop strings, so a stop-string finish is still running there.
+            if not finished or out.matched_stop is not None:
+                self.engine.abort(req.rid)
+            self._in_flight.discard(req.rid)
+
+    async def merged_outputs(
+        self, reqs: Sequence[PreparedRequest], is_disconnected: Callable[[], Awaitable[bool]] = _never_disconnected
+    ) -> AsyncIterator[dict]:
+        """Outputs of a batch, interleaved as they come, each tagged with its `index` as SGLang does."""
+        if len(reqs) == 1:
+            async for output in self.outputs(reqs[0], is_disconnected):
+                yield output
+            return
+        merged: asyncio.Queue[tuple[int, dict | BaseException | None]] = asyncio.Queue()
+
+        async def pump(index: int, req: PreparedRequest) -> None:
+            try:
+                async for output in self.outputs(req, is_disconnected):
+                    await merged.put((index, output))
+                await merged.put((index, None))
+            except BaseException as err:  # hand it to the consumer, which re-raises
+                await merged.put((index, err))
+                raise
+
+        tasks = [asyncio.create_task(pump(i, r)) for i, r in enumerate(reqs)]
+        try:
+            running = len(tasks)
+            while running:
+                index, item = await merged.get()
+                if item is None:
+                    running -= 1
+                elif isinstance(item, BaseException):
+                    raise item
+                else:
+                    yield {**item, "index": index}
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def final(
+        self, reqs: Sequence[PreparedRequest], is_disconnected: Callable[[], Awaitable[bool]] = _never_disconnected
+    ) -> list[dict] | None:
+        """The finished output of each request in order, or None if the client went away first."""
+        results: list[dict | None] = [None] * len(reqs)
+        async for output in self.merged_outputs(reqs, is_disconnected):
+            if output["meta_info"]["finish_reason"] is not None:
+                results[output.pop("index", 0)] = output
+        if any(r is None for r in results):
+            return None
+        return results
