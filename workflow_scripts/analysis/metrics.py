@@ -1,0 +1,114 @@
+"""The study's metric definitions, written down once and used by every table, plot and summary.
+
+Definitions (per request = one row of ``requests/{setting}.parquet``; a request is *ok* when ``error`` is null
+and ``output_tokens`` and ``first_token_ts`` are present; warm-up requests never count):
+
+- per-request tok/s = ``output_tokens / (end_ts - first_token_ts)``: the decode speed one user sees, with the
+  prefill (TTFT) left out. Undefined (NaN) when the decode time is not positive (e.g. a single-token answer).
+- TTFT = ``first_token_ts - send_ts`` (the client's ``ttft_s``).
+- TPOT = ``(end_ts - first_token_ts) / (output_tokens - 1)``: time per output token after the first. Unlike the
+  gap between stream chunks it stays honest under speculation, where one chunk carries several tokens.
+- ITL = the gaps between consecutive stream chunks (``diff(chunk_ts)``), pooled over requests. Under
+  speculation ITL grows while TPOT shrinks; that contrast is the point of reporting both.
+- e2e latency = ``end_ts - send_ts``.
+- acceptance length: request mean = mean of the per-request ``accept_length``; token-weighted =
+  ``sum(output_tokens) / sum(spec_verify_ct)`` over the cell, so long answers weigh more.
+- aggregate tok/s of a cell (one setting × workload × concurrency × repeat) = sum of output tokens of its ok,
+  non-warm-up requests ÷ (last ``end_ts`` − first ``send_ts``) over those same requests.
+- a cell with no ok request is *empty*: every metric is NaN (shown as "—"), never 0 tok/s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+CELL_KEYS = ["setting", "workload", "concurrency", "repeat"]
+GROUP_KEYS = ["setting", "workload", "concurrency"]
+
+REQUIRED_COLUMNS = {
+    "setting", "workload", "concurrency", "repeat", "prompt_id", "warmup", "temperature", "send_ts",
+    "first_token_ts", "chunk_ts", "end_ts", "output_tokens", "finish_reason", "spec_verify_ct",
+    "accept_length", "error",
+}
+LOSSLESS_COLUMNS = ("output_ids", "text_hash")
+
+
+def load_requests(paths: list[Path | str]) -> pd.DataFrame:
+    """Read and concatenate per-request parquet files, checking the columns the analysis needs."""
+    frames = []
+    for path in paths:
+        frame = pd.read_parquet(path)
+        missing = sorted(REQUIRED_COLUMNS - set(frame.columns))
+        if missing:
+            raise ValueError(f"{path}: missing column(s) {', '.join(missing)} in the per-request records")
+        if not any(col in frame.columns for col in LOSSLESS_COLUMNS):
+            raise ValueError(f"{path}: needs column output_ids or text_hash for the lossless check")
+        frames.append(frame)
+    if not frames:
+        raise ValueError("no per-request parquet files given")
+    return pd.concat(frames, ignore_index=True)
+
+
+def _positive_or_nan(values: pd.Series) -> pd.Series:
+    return values.where(values > 0)
+
+
+def add_request_metrics(requests: pd.DataFrame) -> pd.DataFrame:
+    """Return a copy with ``ok`` and the per-request metrics (seconds and tok/s) as defined above."""
+    df = requests.copy()
+    out_tokens = pd.to_numeric(df["output_tokens"], errors="coerce").astype("float64")
+    first = pd.to_numeric(df["first_token_ts"], errors="coerce").astype("float64")
+    df["ok"] = df["error"].isna() & out_tokens.notna() & first.notna()
+    decode_s = _positive_or_nan(df["end_ts"].astype("float64") - first)
+    df["per_request_tok_s"] = (out_tokens / decode_s).where(df["ok"])
+    df["ttft_s_"] = (first - df["send_ts"].astype("float64")).where(df["ok"])
+    df["tpot_s"] = (decode_s / _positive_or_nan(out_tokens - 1)).where(df["ok"])
+    df["e2e_s_"] = (df["end_ts"].astype("float64") - df["send_ts"].astype("float64")).where(df["ok"])
+    df["out_tokens_"] = out_tokens.where(df["ok"])
+    df["verify_ct_"] = pd.to_numeric(df["spec_verify_ct"], errors="coerce").astype("float64").where(df["ok"])
+    df["accept_length_"] = pd.to_numeric(df["accept_length"], errors="coerce").astype("float64").where(df["ok"])
+    return df
+
+
+def inter_chunk_gaps(chunk_ts: pd.Series) -> np.ndarray:
+    """All gaps between consecutive stream chunks of the given requests, pooled (seconds)."""
+    gaps = [np.diff(np.asarray(ts, dtype="float64")) for ts in chunk_ts if ts is not None and len(ts) > 1]
+    return np.concatenate(gaps) if gaps else np.array([], dtype="float64")
+
+
+def aggregate_tok_s(cell: pd.DataFrame) -> float:
+    """Aggregate tok/s of one cell's ok, non-warm-up requests; NaN for an empty cell."""
+    ok = cell[cell["ok"]]
+    if ok.empty:
+        return float("nan")
+    span = ok["end_ts"].max() - ok["send_ts"].min()
+    return float(ok["out_tokens_"].sum() / span) if span > 0 else float("nan")
+
+
+def token_weighted_acceptance(ok: pd.DataFrame) -> float:
+    """sum(output_tokens) / sum(spec_verify_ct) over requests that report verify counts; NaN if none do."""
+    with_verify = ok[ok["verify_ct_"] > 0]
+    if with_verify.empty:
+        return float("nan")
+    return float(with_verify["out_tokens_"].sum() / with_verify["verify_ct_"].sum())
+
+
+def cell_table(requests: pd.DataFrame) -> pd.DataFrame:
+    """One row per setting × workload × concurrency × repeat (non-warm-up requests only)."""
+    df = requests[~requests["warmup"].astype(bool)]
+    rows = []
+    for key, cell in df.groupby(CELL_KEYS, sort=True):
+        ok = cell[cell["ok"]]
+        rows.append({
+            **dict(zip(CELL_KEYS, key)),
+            "n_ok": int(len(ok)),
+            "n_err": int(len(cell) - len(ok)),
+            "per_request_tok_s_median": float(ok["per_request_tok_s"].median()) if len(ok) else np.nan,
+            "per_request_tok_s_mean": float(ok["per_request_tok_s"].mean()) if len(ok) else np.nan,
+            "aggregate_tok_s": aggregate_tok_s(cell),
+        })
+    return pd.DataFrame(rows, columns=[*CELL_KEYS, "n_ok", "n_err", "per_request_tok_s_median",
+                                       "per_request_tok_s_mean", "aggregate_tok_s"])

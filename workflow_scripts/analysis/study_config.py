@@ -1,0 +1,99 @@
+"""The slice of the study config the analysis reads, with the defaults of config/schema.yaml.
+
+The Snakemake rules pass it as JSON (``--config-json``) so that each step is a plain ``python -m`` call.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from workflow_scripts.analysis.stats import Bootstrap
+
+DEFAULT_BANDS = {"low": [1, 4], "mid": [16], "high": [32, 64]}
+
+
+@dataclass(frozen=True)
+class StudyConfig:
+    """Settings, workloads and the ``analysis`` block of the study config."""
+
+    settings: dict[str, dict[str, Any]]
+    workloads: dict[str, dict[str, Any]] = field(default_factory=dict)
+    baseline: str = "baseline"
+    pairwise: str | list[list[str]] = "auto"
+    bootstrap: Bootstrap = Bootstrap()
+    bands: dict[str, list[int]] = field(default_factory=lambda: dict(DEFAULT_BANDS))
+    tie_tolerance: float = 0.01
+    external: list[dict[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, config: dict[str, Any]) -> StudyConfig:
+        """Build from a full study config (keys ``settings``, ``workloads``, ``analysis``)."""
+        if "settings" not in config:
+            raise ValueError("study config: missing key 'settings'")
+        analysis = dict(config.get("analysis") or {})
+        settings = {name: dict(args or {}) for name, args in config["settings"].items()}
+        out = cls(
+            settings=settings,
+            workloads={name: dict(w or {}) for name, w in (config.get("workloads") or {}).items()},
+            baseline=analysis.get("baseline", "baseline"),
+            pairwise=analysis.get("pairwise", "auto"),
+            bootstrap=Bootstrap(**(analysis.get("bootstrap") or {})),
+            bands={str(k): [int(c) for c in v] for k, v in (analysis.get("bands") or DEFAULT_BANDS).items()},
+            tie_tolerance=float(analysis.get("tie_tolerance", 0.01)),
+            external=list(analysis.get("external") or []),
+        )
+        out._validate()
+        return out
+
+    @classmethod
+    def from_json(cls, text: str) -> StudyConfig:
+        return cls.from_dict(json.loads(text))
+
+    def _validate(self) -> None:
+        if self.baseline not in self.settings:
+            raise ValueError(f"analysis.baseline: {self.baseline!r} is not a setting ({', '.join(self.settings)})")
+        if self.pairwise != "auto":
+            for pair in self.pairwise:
+                if len(pair) != 2 or any(name not in self.settings for name in pair):
+                    raise ValueError(f"analysis.pairwise: {pair!r} must be [baseline, candidate] of known settings")
+        for i, ext in enumerate(self.external):
+            if "path" not in ext or "label" not in ext:
+                raise ValueError(f"analysis.external[{i}]: needs keys 'path' and 'label', got {sorted(ext)}")
+
+    def steps(self, setting: str) -> int:
+        """Speculative steps of a setting; 0 when it does not speculate (or is unknown, e.g. external)."""
+        args = self.settings.get(setting, {})
+        if not args.get("speculative_algorithm"):
+            return 0
+        return int(args.get("speculative_num_steps") or 0)
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """Pairwise comparisons: configured, or steps N−1 → N among otherwise identical speculative settings."""
+        if self.pairwise != "auto":
+            return [(a, b) for a, b in self.pairwise]
+        groups: dict[str, list[str]] = {}
+        for name, args in self.settings.items():
+            if not args.get("speculative_algorithm"):
+                continue
+            rest = {k: v for k, v in args.items()
+                    if k not in ("speculative_num_steps", "speculative_num_draft_tokens")}
+            groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(name)
+        pairs = []
+        for names in groups.values():
+            names.sort(key=self.steps)
+            pairs += [(a, b) for a, b in zip(names, names[1:]) if self.steps(a) < self.steps(b)]
+        return pairs
+
+    def comparisons(self) -> list[tuple[str, str, str]]:
+        """(kind, baseline, candidate): every setting against the baseline, then the pairwise steps."""
+        vs_base = [("vs_baseline", self.baseline, s) for s in self.settings if s != self.baseline]
+        return vs_base + [("pairwise", a, b) for a, b in self.pairs()]
+
+    def workloads_of_kind(self, kind: str) -> list[str]:
+        return [name for name, w in self.workloads.items() if w.get("kind") == kind]
+
+    def temperature(self, workload: str) -> float | None:
+        value = self.workloads.get(workload, {}).get("temperature")
+        return None if value is None else float(value)

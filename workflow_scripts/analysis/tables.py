@@ -1,0 +1,144 @@
+"""Build every table of the study from the per-request records and the external CSVs.
+
+    python -m workflow_scripts.analysis.tables --config-json '{"settings": ..., "workloads": ..., "analysis": ...}' \
+        --requests results/S/requests/*.parquet --out-dir results/S/tables
+
+Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
+recommendation, recommendation_scores, lossless and latency_quantiles as CSV, and HTML views for the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+from tqdm import tqdm
+
+from workflow_scripts.analysis.external import load_external
+from workflow_scripts.analysis.gap import gap_sentence, gap_table
+from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
+from workflow_scripts.analysis.lossless import lossless_table
+from workflow_scripts.analysis.metrics import add_request_metrics, cell_table, load_requests
+from workflow_scripts.analysis.output import atomic_write_text, html_page, write_csv
+from workflow_scripts.analysis.recommend import recommend, score_table
+from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.summarize import (MEASURED, improvement_values, latency_quantiles,
+                                                 summarize_external, summarize_measured)
+
+
+
+def load_externals(cfg: StudyConfig) -> pd.DataFrame:
+    frames = [load_external(ext["path"], ext["label"], known_settings=cfg.settings) for ext in cfg.external]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["source", "setting", "workload", "concurrency", "per_request_tok_s", "aggregate_tok_s"])
+
+
+def article_tables(summary: pd.DataFrame, improvement: pd.DataFrame,
+                   cfg: StudyConfig) -> list[tuple[str, pd.DataFrame]]:
+    """(heading, table) per source × workload × metric, in the article's layout."""
+    out = []
+    comparisons = [(b, c) for _, b, c in cfg.comparisons()]
+    for (source, workload), cells in summary.groupby(["source", "workload"], sort=False):
+        present = set(cells["setting"])
+        settings = [s for s in cfg.settings if s in present] + sorted(present - set(cfg.settings))
+        pairs = [(b, c) for b, c in comparisons if b in present and c in present]
+        for metric, label in METRICS.items():
+            table = article_table(summary, improvement, source, workload, metric, settings, pairs)
+            out.append((f"{workload}: {label} (source: {source})", table))
+    return out
+
+
+@dataclass
+class StudyTables:
+    """Every table of the study; ``articles`` holds (heading, table) in the article's layout."""
+
+    summary: pd.DataFrame
+    cells: pd.DataFrame
+    improvement: pd.DataFrame
+    articles: list[tuple[str, pd.DataFrame]]
+    gap: pd.DataFrame
+    gap_sentence: str
+    recommendation: pd.DataFrame
+    recommendation_scores: pd.DataFrame
+    lossless: pd.DataFrame
+    latency_quantiles: pd.DataFrame
+
+    @property
+    def article_markdown(self) -> str:
+        return "\n".join(f"**{h}**\n\n{to_markdown(t)}\n" for h, t in self.articles)
+
+    def csvs(self) -> dict[str, pd.DataFrame]:
+        article_long = pd.concat([t.assign(table=h) for h, t in self.articles], ignore_index=True) \
+            if self.articles else pd.DataFrame(columns=["table"])
+        return {"summary": self.summary, "cells": self.cells, "improvement": self.improvement,
+                "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
+                "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
+                "latency_quantiles": self.latency_quantiles}
+
+    def html_views(self) -> dict[str, str]:
+        return {
+            "summary": html_page("Summary per source × setting × workload × concurrency", [("", self.summary)]),
+            "improvement": html_page("Improvement against the baseline and pairwise, with bootstrap CI",
+                                     [("", self.improvement)]),
+            "article_tables": html_page("The article's tables", self.articles),
+            "gap": html_page("Synthetic vs realistic speedup", [("", self.gap)], self.gap_sentence),
+            "recommendation": html_page("Recommendation per concurrency band × workload",
+                                        [("Recommendation", self.recommendation),
+                                         ("All scores", self.recommendation_scores)]),
+            "lossless": html_page("Lossless check at temperature 0", [("", self.lossless)]),
+        }
+
+    def write(self, out_dir: Path) -> None:
+        for name, frame in self.csvs().items():
+            write_csv(frame, out_dir / f"{name}.csv")
+        atomic_write_text(out_dir / "article_tables.md", self.article_markdown)
+        for name, page in self.html_views().items():
+            atomic_write_text(out_dir / f"{name}.html", page)
+
+
+def build(cfg: StudyConfig, request_paths: list[Path]) -> StudyTables:
+    """Compute all tables from the per-request files and the configured external CSVs."""
+    with tqdm(total=5, desc="analysis tables", unit="step") as steps:
+        requests = add_request_metrics(load_requests(request_paths))
+        cells = cell_table(requests)
+        steps.update()
+        external = load_externals(cfg)
+        summary = pd.concat([summarize_measured(requests, cells, cfg.bootstrap), summarize_external(external)],
+                            ignore_index=True).astype({"n_repeats": "Int64", "n_ok": "Int64", "n_err": "Int64"})
+        steps.update()
+        improvement = improvements(improvement_values(cells, external), cfg.comparisons(), cfg.bootstrap)
+        gap = gap_table(improvement, cfg)
+        steps.update()
+        scores = score_table(requests, cells, cfg)
+        steps.update()
+        tables = StudyTables(
+            summary=summary, cells=cells, improvement=improvement,
+            articles=article_tables(summary, improvement, cfg), gap=gap, gap_sentence=gap_sentence(gap),
+            recommendation=recommend(scores, cfg), recommendation_scores=scores,
+            lossless=lossless_table(requests, cfg.baseline), latency_quantiles=latency_quantiles(requests))
+        steps.update()
+    return tables
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config-json", required=True, help="study config as JSON (settings, workloads, analysis)")
+    parser.add_argument("--requests", nargs="+", type=Path, required=True, help="requests/{setting}.parquet files")
+    parser.add_argument("--out-dir", type=Path, required=True)
+    args = parser.parse_args(argv)
+    try:
+        tables = build(StudyConfig.from_json(args.config_json), args.requests)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    tables.write(args.out_dir)
+    n_measured = int((tables.summary["source"] == MEASURED).sum())
+    print(f"wrote the tables ({n_measured} measured cells) to {args.out_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
