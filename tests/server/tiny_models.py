@@ -15,7 +15,8 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
 EOS = "<|endoftext|>"
-CONTEXT = 256
+# Long enough that a 2000-token request outlives a client that disconnects after its first chunk.
+MAX_POSITIONS = 4096
 
 
 def _train_tokenizer(vocab_size: int) -> Tokenizer:
@@ -44,7 +45,7 @@ def build_tiny_models(root: Path) -> dict[str, Path]:
     eos_id = tok.token_to_id(EOS)
     shared = dict(
         vocab_size=vocab, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-        max_position_embeddings=CONTEXT, eos_token_id=eos_id, tie_word_embeddings=False, initializer_range=0.2,
+        max_position_embeddings=MAX_POSITIONS, eos_token_id=eos_id, tie_word_embeddings=False, initializer_range=0.2,
     )  # fmt: skip
     torch.manual_seed(0)
     target = Qwen3MoeForCausalLM(
