@@ -1,0 +1,190 @@
+"""The Engine end to end on tiny random models: batching, speculation, stopping, aborts, bad input."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from workflow_scripts.engine.scheduler import Engine
+from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig
+
+from .conftest import VOCAB, Collector, prompts, run_engine, with_config
+
+GREEDY = SamplingParams(temperature=0.0, max_new_tokens=24, ignore_eos=True)
+
+
+def spec(algorithm: str, steps: int, draft=None) -> SpecConfig:
+    return SpecConfig(algorithm, steps, 1, steps + 1, draft)
+
+
+@pytest.fixture(scope="module")
+def baseline(target_dir):
+    """Greedy outputs without speculation, one request at a time."""
+    engine = Engine(target_dir, None, 1, 0, num_threads=1)
+    engine.start()
+    try:
+        return [run_engine(engine, [p], GREEDY)[0][0] for p in prompts(6)]
+    finally:
+        engine.stop()
+
+
+def test_greedy_matches_transformers_generate(target_dir, baseline):
+    model = AutoModelForCausalLM.from_pretrained(target_dir).eval()
+    for p, out in zip(prompts(2), baseline):
+        ref = model.generate(torch.tensor([p]), max_new_tokens=24, min_new_tokens=24, do_sample=False)
+        assert out == ref[0, len(p):].tolist()
+
+
+def test_continuous_batch_equals_one_at_a_time(target_dir, baseline, engine_factory):
+    engine = engine_factory(target_dir, None, 4, 0)  # 6 prompts, 4 slots: some wait, then join mid-run
+    outs, finals = run_engine(engine, prompts(6), GREEDY)
+    assert outs == baseline
+    assert all(f.finish_reason == {"type": "length", "length": 24} and f.completion_tokens == 24 for f in finals)
+
+
+@pytest.mark.parametrize(
+    "algorithm, steps, draft",
+    [("STANDALONE", 1, "near_draft_dir"), ("STANDALONE", 3, "near_draft_dir"), ("STANDALONE", 2, "dense_draft_dir"),
+     ("STANDALONE", 2, "target_dir"), ("NGRAM", 3, None)],
+)
+def test_greedy_speculation_is_token_identical(algorithm, steps, draft, target_dir, baseline, engine_factory, request):
+    draft_dir = request.getfixturevalue(draft) if draft else None
+    engine = engine_factory(target_dir, spec(algorithm, steps, draft_dir), 4, 0)
+    outs, finals = run_engine(engine, prompts(6), GREEDY)
+    assert outs == baseline
+    for f in finals:
+        assert f.spec_verify_ct >= 1 and f.spec_accepted_drafts <= f.spec_proposed_drafts
+        assert f.completion_tokens == 24
+    if draft == "target_dir":  # a perfect draft: every proposal accepted
+        assert all(f.spec_accepted_drafts == f.spec_proposed_drafts for f in finals)
+        assert engine.stats()["avg_spec_accept_length"] > steps
+    if draft == "near_draft_dir":  # both accept and reject paths were exercised
+        total = sum(f.spec_accepted_drafts for f in finals), sum(f.spec_proposed_drafts for f in finals)
+        assert 0 < total[0] < total[1]
+
+
+def test_sampled_speculation_completes_with_limits(target_dir, near_draft_dir, engine_factory):
+    engine = engine_factory(target_dir, spec("STANDALONE", 3, near_draft_dir), 3, 7)
+    params = SamplingParams(temperature=0.8, top_p=0.9, top_k=20, max_new_tokens=10, ignore_eos=True)
+    outs, finals = run_engine(engine, prompts(5, seed=3), params)
+    assert [len(o) for o in outs] == [10] * 5  # accepted runs are truncated at max_new_tokens
+    assert all(0 <= t < VOCAB for o in outs for t in o)
+
+
+def test_concurrent_submitters_all_complete(target_dir, near_draft_dir, engine_factory):
+    engine = engine_factory(target_dir, spec("STANDALONE", 2, near_draft_dir), 3, 0)
+    col = Collector()
+    batch = prompts(12, seed=9)
+    params = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
+    threads = [threading.Thread(target=engine.submit, args=(f"c{i}", p, params, col.sink)) for i, p in enumerate(batch)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    col.wait([f"c{i}" for i in range(12)])
+    assert all(len(col.tokens[f"c{i}"]) == 8 for i in range(12))
+    deadline = time.monotonic() + 10  # the last slot is released just after its final event
+    while engine.stats()["num_running"] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.stats()["num_running"] == 0 and engine.stats()["num_waiting"] == 0
+
+
+@pytest.mark.parametrize("speculation", [None, "STANDALONE"])
+def test_eos_stops_unless_ignored(speculation, target_dir, near_draft_dir, baseline, tmp_path, engine_factory):
+    out = baseline[0]
+    j = next(i for i in range(3, len(out)) if out[i] not in out[:i])  # first fresh token after a few steps
+    eos_dir = with_config(target_dir, tmp_path / "eos", eos_token_id=out[j])
+    cfg = spec("STANDALONE", 3, near_draft_dir) if speculation else None
+    engine = engine_factory(eos_dir, cfg, 2, 0)
+    assert engine.eos_token_ids == (out[j],)
+    stopped, (fin,) = run_engine(engine, prompts(1), SamplingParams(temperature=0.0, max_new_tokens=24))
+    assert stopped[0] == out[: j + 1]
+    assert fin.finish_reason == {"type": "stop", "matched": out[j]} and fin.completion_tokens == j + 1
+    ignored, (fin,) = run_engine(engine, prompts(1), GREEDY)
+    assert ignored[0] == out and fin.finish_reason["type"] == "length"
+    by_stop_id, (fin,) = run_engine(engine, prompts(1), SamplingParams(temperature=0.0, max_new_tokens=24, ignore_eos=True,
+                                                                       stop_token_ids=(out[2],)))
+    assert by_stop_id[0] == out[:3] and fin.finish_reason == {"type": "stop", "matched": out[2]}
+
+
+def test_abort_frees_the_slot(target_dir, engine_factory):
+    engine = engine_factory(target_dir, None, 1, 0)
+    col = Collector()
+
+    def abort_after_two_tokens(ev):  # deterministic timing: abort from inside the stream
+        col.sink(ev)
+        if len(col.tokens["long"]) == 2:
+            engine.abort("long")
+
+    long = SamplingParams(temperature=0.0, max_new_tokens=400, ignore_eos=True)
+    engine.submit("long", prompts(1)[0], long, abort_after_two_tokens)
+    engine.submit("queued", prompts(2)[1], SamplingParams(temperature=0.0, max_new_tokens=3), col.sink)
+    col.wait(["long", "queued"])
+    assert col.final["long"].finish_reason["type"] == "abort"
+    assert col.final["long"].new_ids == [] and len(col.tokens["long"]) == 2
+    assert col.final["queued"].finish_reason["type"] in ("length", "stop")  # got the freed slot
+    engine.abort("long")  # already finished: ignored
+    engine.submit("long", prompts(1)[0], SamplingParams(max_new_tokens=2), col.sink)  # the rid may be reused
+    col.final.pop("long")
+    col.wait(["long"])
+
+
+def test_abort_while_waiting(target_dir, engine_factory):
+    engine = engine_factory(target_dir, None, 1, 0)
+    col = Collector()
+    gate = threading.Event()
+
+    def slow(ev):  # holds the only slot until the test has aborted the queued request
+        col.sink(ev)
+        gate.wait(10)
+
+    engine.submit("busy", prompts(1)[0], SamplingParams(temperature=0.0, max_new_tokens=2), slow)
+    engine.submit("queued", prompts(2)[1], SamplingParams(max_new_tokens=5), col.sink)
+    engine.abort("queued")
+    gate.set()
+    col.wait(["busy", "queued"])
+    assert col.final["queued"].finish_reason["type"] == "abort"
+    assert col.tokens["queued"] == []  # never admitted
+
+
+def test_zero_new_tokens_and_bad_submissions(target_dir, engine_factory):
+    engine = engine_factory(target_dir, None, 2, 0, context_length=32)
+    outs, (fin,) = run_engine(engine, prompts(1), SamplingParams(max_new_tokens=0))
+    assert outs == [[]] and fin.finish_reason == {"type": "length", "length": 0}
+    sink = Collector().sink
+    for ids, params, field in [
+        ([], SamplingParams(), "input_ids"),
+        ([1] * 32, SamplingParams(), "input_ids"),
+        ([VOCAB], SamplingParams(), "input_ids"),
+        ([1, 2], SamplingParams(max_new_tokens=-1), "max_new_tokens"),
+        ([1, 2], SamplingParams(top_p=0.0), "sampling_params"),
+    ]:
+        with pytest.raises(ValueError, match=field):
+            engine.submit("bad", ids, params, sink)
+    # a request running into the context length ends with finish_reason length
+    outs, (fin,) = run_engine(engine, [[1] * 28], SamplingParams(temperature=0.0, max_new_tokens=100, ignore_eos=True))
+    assert len(outs[0]) == 4 and fin.finish_reason["type"] == "length"
+
+
+def test_config_errors_name_the_flag_or_path(target_dir, tmp_path):
+    small_vocab = with_config(target_dir, tmp_path / "small", vocab_size=VOCAB - 1)
+    cases = [
+        (dict(spec=spec("STANDALONE", 2, None)), "--speculative-draft-model-path"),
+        (dict(spec=SpecConfig("STANDALONE", 2, 1, 4, target_dir)), "--speculative-num-draft-tokens"),
+        (dict(spec=SpecConfig("STANDALONE", 2, 2, 3, target_dir)), "--speculative-eagle-topk"),
+        (dict(spec=SpecConfig("EAGLE9", 2, 1, 3, None)), "--speculative-algorithm"),
+        (dict(spec=spec("NGRAM", 2, target_dir)), "--speculative-draft-model-path"),
+        (dict(spec=None, max_running_requests=0), "--max-running-requests"),
+        (dict(spec=None, context_length=10**6), "--context-length"),
+    ]
+    for kwargs, flag in cases:
+        kwargs.setdefault("max_running_requests", 2)
+        with pytest.raises(EngineConfigError, match=flag):
+            Engine(target_dir, random_seed=0, **kwargs)
+    with pytest.raises(EngineConfigError, match="vocab_size") as info:
+        Engine(target_dir, spec("STANDALONE", 2, small_vocab), 2, 0)
+    assert str(small_vocab) in str(info.value)

@@ -1,0 +1,78 @@
+"""The speculative sampler must reproduce the target distribution exactly (statistically tested)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workflow_scripts.engine.sampling import RowParams, sample, sampling_probs, speculative_accept
+
+V, K, N = 6, 2, 60_000
+TV_BOUND = 0.015  # sampling noise here is ~0.005; a wrong sampler is off by >= 0.1 (checked below)
+
+
+def tv(counts: torch.Tensor, probs: torch.Tensor) -> float:
+    return 0.5 * float((counts / counts.sum() - probs).abs().sum())
+
+
+def params(n: int, temperature: float, top_p: float = 1.0, top_k: int = -1) -> RowParams:
+    return RowParams(torch.full((n,), temperature), torch.full((n,), top_p), torch.full((n,), top_k, dtype=torch.long))
+
+
+def setup(temperature, top_p, top_k, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    target_logits = torch.randn(K + 1, V, generator=g) * 1.5
+    draft_logits = torch.randn(K, V, generator=g) * 1.5
+    p = sampling_probs(target_logits, params(K + 1, temperature, top_p, top_k))
+    q = sampling_probs(draft_logits, params(K, temperature, top_p, top_k))
+    return p, q, g
+
+
+@pytest.mark.parametrize("temperature, top_p, top_k", [(1.0, 1.0, -1), (0.7, 0.9, 4), (1.3, 0.8, -1)])
+def test_standalone_output_distribution_equals_target(temperature, top_p, top_k):
+    p, q, g = setup(temperature, top_p, top_k)
+    assert tv(q[0], p[0]) > 0.1  # the draft really differs, so equality is not for free
+    drafts = torch.stack([sample(q[i].expand(N, V), g) for i in range(K)], 1)
+    accepted, nxt = speculative_accept(p.expand(N, K + 1, V), drafts, q.expand(N, K, V), torch.full((N,), K), g)
+    first = torch.where(accepted >= 1, drafts[:, 0], nxt)
+    assert tv(torch.bincount(first, minlength=V).float(), p[0]) < TV_BOUND
+    # given the first draft was accepted, the second token must follow p[1]
+    sel = accepted >= 1
+    second = torch.where(accepted[sel] >= 2, drafts[sel, 1], nxt[sel])
+    assert tv(torch.bincount(second, minlength=V).float(), p[1]) < TV_BOUND
+    # filtered-out tokens never appear
+    assert set(first[p[0][first] == 0].tolist()) == set()
+    # and the test has teeth: emitting the draft token unconditionally would fail it
+    assert tv(torch.bincount(drafts[:, 0], minlength=V).float(), p[0]) > TV_BOUND * 4
+
+
+def test_point_mass_proposal_is_lossless():
+    """NGRAM: a deterministic proposal (q = point mass) keeps the target distribution."""
+    p, _, g = setup(0.8, 1.0, -1, seed=3)
+    drafts = torch.tensor([[int(p[0].argmin()), 2]]).expand(N, K)
+    accepted, nxt = speculative_accept(p.expand(N, K + 1, V), drafts, None, torch.full((N,), K), g)
+    first = torch.where(accepted >= 1, drafts[:, 0], nxt)
+    assert tv(torch.bincount(first, minlength=V).float(), p[0]) < TV_BOUND
+
+
+def test_greedy_accepts_exactly_the_argmax_prefix():
+    target = torch.zeros(2, 3, V)
+    target[:, 0, 1] = target[:, 1, 4] = target[:, 2, 5] = 1.0  # one-hot: greedy target
+    drafts = torch.tensor([[1, 4], [1, 3]])
+    q = torch.nn.functional.one_hot(drafts, V).float()
+    g = torch.Generator().manual_seed(0)
+    accepted, nxt = speculative_accept(target, drafts, q, torch.tensor([2, 2]), g)
+    assert accepted.tolist() == [2, 1] and nxt.tolist() == [5, 4]
+    accepted, nxt = speculative_accept(target, drafts, q, torch.tensor([1, 0]), g)  # padded drafts never count
+    assert accepted.tolist() == [1, 0] and nxt.tolist() == [4, 1]
+
+
+def test_sampling_probs_filters():
+    logits = torch.tensor([[3.0, 2.0, 1.0, 0.0], [3.0, 2.0, 1.0, 0.0], [0.0, 5.0, 1.0, 0.0]])
+    probs = sampling_probs(logits, RowParams(torch.tensor([1.0, 1.0, 0.0]), torch.tensor([1.0, 0.7, 1.0]),
+                                             torch.tensor([2, -1, -1])))
+    assert probs[0, 2:].sum() == 0 and probs[0, :2].sum() == pytest.approx(1.0)  # top-k 2
+    full = torch.softmax(logits[1], -1)
+    assert full[0] < 0.7 < full[0] + full[1]
+    assert (probs[1] > 0).tolist() == [True, True, False, False]  # top-p keeps the smallest set reaching 0.7
+    assert probs[2].tolist() == [0.0, 1.0, 0.0, 0.0]  # temperature 0 -> argmax
