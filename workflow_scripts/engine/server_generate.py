@@ -21,7 +21,7 @@ from workflow_scripts.engine.types import SamplingParams, TokenEvent
 
 log = logging.getLogger(__name__)
 
-# How often a request with no new tokens checks whether its client went away.
+# How often a running request checks whether its client went away (a streaming one also learns it on send).
 DISCONNECT_POLL_S = 0.5
 
 
@@ -40,6 +40,21 @@ class PreparedRequest:
 
 async def _never_disconnected() -> bool:
     return False
+
+
+class _ClientWatch:
+    """Asks whether the client is gone at most every DISCONNECT_POLL_S: tokens may flow the whole time."""
+
+    def __init__(self, is_disconnected: Callable[[], Awaitable[bool]]):
+        self._ask = is_disconnected
+        self._next_check = time.monotonic() + DISCONNECT_POLL_S
+
+    async def gone(self) -> bool:
+        now = time.monotonic()
+        if now < self._next_check:
+            return False
+        self._next_check = now + DISCONNECT_POLL_S
+        return await self._ask()
 
 
 class Generator:
@@ -67,21 +82,19 @@ class Generator:
         self._in_flight.add(req.rid)
         return queue
 
-    async def _next_events(
-        self, queue: asyncio.Queue[TokenEvent], is_disconnected: Callable[[], Awaitable[bool]]
-    ) -> list[TokenEvent] | None:
+    async def _next_events(self, queue: asyncio.Queue[TokenEvent], client: _ClientWatch) -> list[TokenEvent] | None:
         """The events queued so far (at least one), or None once the client has gone."""
         while True:
             try:
                 first = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
                 break
             except TimeoutError:
-                if await is_disconnected():
+                if await client.gone():
                     return None
         events = [first]
         while not queue.empty():
             events.append(queue.get_nowait())
-        return events
+        return None if await client.gone() else events
 
     def _meta_info(self, req: PreparedRequest, out: OutputText, last: TokenEvent, finish_reason, t0: float) -> dict:
         meta = {
@@ -119,13 +132,13 @@ class Generator:
         t0 = time.perf_counter()
         out = OutputText(lambda ids: self.decode(ids, req.skip_special_tokens), req.stop_strs, req.no_stop_trim)
         queue = self._submit(req)
+        client = _ClientWatch(is_disconnected)
         finished = False
         emitted_tokens = 0
         try:
             while not finished:
-                events = await self._next_events(queue, is_disconnected)
+                events = await self._next_events(queue, client)
                 if events is None:
-                    log.info("client disconnected; aborting request %s", req.rid)
                     return
                 finish_reason = None
                 for event in events:
@@ -147,6 +160,8 @@ class Generator:
                 }
         finally:
             # The engine knows nothing of stop strings, so a stop-string finish is still running there.
+            if not finished:
+                log.info("request %s: client disconnected before the end; aborting it", req.rid)
             if not finished or out.matched_stop is not None:
                 self.engine.abort(req.rid)
             self._in_flight.discard(req.rid)
