@@ -17,9 +17,9 @@ LOSSLESS_COLUMNS = ["setting", "workload", "concurrency", "n_compared", "n_ident
 
 def _signature(row: pd.Series) -> object:
     ids = row.get("output_ids")
-    if ids is not None and not (isinstance(ids, float) and np.isnan(ids)):
+    if ids is not None and not isinstance(ids, float) and len(ids):
         return tuple(int(t) for t in ids)
-    return row.get("text_hash")
+    return row.get("text_hash")  # e.g. the OpenAI API path, which streams text without token ids
 
 
 def lossless_table(requests: pd.DataFrame, baseline: str) -> pd.DataFrame:
