@@ -134,11 +134,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerArgsError as err:
         return _fail(str(err))
     configure_logging(args.log_level)
-    log.info("server_args=%s", args.to_dict())
     try:
         engine, state = build_state(args)
     except (EngineConfigError, ServerArgsError) as err:
         return _fail(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    # Logged once the model loaded, so that a refused start-up prints only its one-line reason.
+    log.info("server_args=%s", args.to_dict())
     engine.start()
     try:
         return asyncio.run(_serve(args, state))

@@ -1,0 +1,102 @@
+"""Bad flags and model directories: a non-zero exit and one line on stderr naming the flag or path."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.server.conftest import REPO_ROOT
+from workflow_scripts.engine.server_args import parse_server_args
+
+
+def _launch(*flags: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "workflow_scripts.engine.launch_server", "--port", "1", *flags],
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def broken_dirs(tmp_path_factory, tiny_models) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("broken")
+    bad_json = root / "bad_json"
+    shutil.copytree(tiny_models["target"], bad_json)
+    (bad_json / "config.json").write_text("{not json")
+    no_weights = root / "no_weights"
+    shutil.copytree(tiny_models["target"], no_weights)
+    (no_weights / "model.safetensors").unlink()
+    no_tokenizer = root / "no_tokenizer"
+    shutil.copytree(tiny_models["target"], no_tokenizer)
+    (no_tokenizer / "tokenizer.json").unlink()
+    bad_arch = root / "bad_arch"  # passes flag checks, refused by the engine itself
+    shutil.copytree(tiny_models["target"], bad_arch)
+    config = (bad_arch / "config.json").read_text().replace("Qwen3MoeForCausalLM", "LlamaForCausalLM")
+    (bad_arch / "config.json").write_text(config)
+    return {"bad_json": bad_json, "no_weights": no_weights, "no_tokenizer": no_tokenizer, "bad_arch": bad_arch}
+
+
+SPEC_CASES = {
+    "unknown flag": (["--bogus-flag", "1"], "--bogus-flag"),
+    "bad int": (["--max-running-requests", "many"], "--max-running-requests"),
+    "zero slots": (["--max-running-requests", "0"], "--max-running-requests"),
+    "unknown algorithm": (["--speculative-algorithm", "EAGLE9"], "--speculative-algorithm"),
+    "standalone without draft": (["--speculative-algorithm", "STANDALONE"], "--speculative-draft-model-path"),
+    "steps without algorithm": (["--speculative-num-steps", "2"], "--speculative-num-steps"),
+    "partial spec numbers": (
+        ["--speculative-algorithm", "NGRAM", "--speculative-num-steps", "2"], "--speculative-eagle-topk"
+    ),
+    "topk 2": (
+        ["--speculative-algorithm", "NGRAM", "--speculative-num-steps", "2", "--speculative-eagle-topk", "2",
+         "--speculative-num-draft-tokens", "3"], "--speculative-eagle-topk",
+    ),
+    "draft tokens not steps+1": (
+        ["--speculative-algorithm", "NGRAM", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+         "--speculative-num-draft-tokens", "5"], "--speculative-num-draft-tokens",
+    ),
+}  # fmt: skip
+
+
+def _assert_one_line(proc: subprocess.CompletedProcess, *needles: str) -> None:
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("case", SPEC_CASES, ids=list(SPEC_CASES))
+def test_bad_flags(case, tiny_models):
+    flags, needle = SPEC_CASES[case]
+    _assert_one_line(_launch("--model-path", str(tiny_models["target"]), *flags), needle)
+
+
+def test_missing_model_dir(tmp_path):
+    missing = tmp_path / "nowhere"
+    _assert_one_line(_launch("--model-path", str(missing)), "--model-path", str(missing))
+
+
+@pytest.mark.parametrize("name", ["bad_json", "no_weights", "no_tokenizer", "bad_arch"])
+def test_malformed_model_dir(broken_dirs, name):
+    _assert_one_line(_launch("--model-path", str(broken_dirs[name])), str(broken_dirs[name]))
+
+
+def test_draft_with_other_vocabulary(tiny_models):
+    proc = _launch(
+        "--model-path", str(tiny_models["target"]), "--speculative-algorithm", "STANDALONE",
+        "--speculative-draft-model-path", str(tiny_models["draft_bad_vocab"]),
+    )  # fmt: skip
+    _assert_one_line(proc, "--speculative-draft-model-path", "vocab_size")
+
+
+def test_speculation_defaults_follow_sglang(tiny_models):
+    args = parse_server_args(
+        ["--model-path", str(tiny_models["target"]), "--speculative-algorithm", "STANDALONE",
+         "--speculative-draft-model-path", str(tiny_models["draft"])]
+    )  # fmt: skip
+    assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (3, 1, 4)
+    plain = parse_server_args(["--model-path", str(tiny_models["target"])])
+    assert plain.spec_config() is None and plain.tokenizer_path == str(tiny_models["target"])
