@@ -1,0 +1,60 @@
+"""Quality figures of the pair on held-out windows: loss, draft/target top-1 agreement, routing spread."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+@torch.no_grad()
+def logits_of(model: torch.nn.Module, windows: torch.Tensor, batch_size: int = 16) -> torch.Tensor:
+    """fp32 logits [n, seq_len, vocab] for every window (evaluation is fp32: it reports the saved weights)."""
+    model.eval()
+    return torch.cat([model(input_ids=windows[i : i + batch_size]).logits.float()
+                      for i in range(0, len(windows), batch_size)])
+
+
+def next_token_loss(logits: torch.Tensor, windows: torch.Tensor) -> float:
+    """Mean cross-entropy of predicting each window's next token (nats/token)."""
+    return F.cross_entropy(logits[:, :-1].flatten(0, 1), windows[:, 1:].flatten()).item()
+
+
+def top1_agreement(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> float:
+    """Share of positions where the draft's greedy token equals the target's (teacher-forced on held-out text).
+
+    This is the acceptance rate of one greedy speculative step when the context is shared.
+    """
+    return (draft_logits.argmax(-1) == target_logits.argmax(-1)).float().mean().item()
+
+
+@torch.no_grad()
+def routing_spread(target: torch.nn.Module, windows: torch.Tensor, batch_size: int = 16) -> dict:
+    """How many distinct experts 3 consecutive tokens touch, per layer, against the bounds.
+
+    Why: a degenerate router (the same experts for every token) makes batch-1 verification look cheap;
+    the study needs routing close to the random-spread figure for honest speedups (MEASURED.md, "trap").
+    """
+    cfg = target.config
+    k, n_exp = cfg.num_experts_per_tok, cfg.num_experts
+    per_layer = torch.zeros(cfg.num_hidden_layers)
+    usage = torch.zeros(cfg.num_hidden_layers, n_exp)
+    n_windows = 0
+    for i in range(0, len(windows), batch_size):
+        batch = windows[i : i + batch_size]
+        router_logits = target(input_ids=batch, output_router_logits=True).router_logits
+        for layer, logits in enumerate(router_logits):
+            chosen = logits.topk(k, dim=-1).indices.view(*batch.shape, k)  # [b, t, k]
+            hits = F.one_hot(chosen, n_exp).amax(dim=2)  # [b, t, E]: expert used by token
+            usage[layer] += hits.sum(dim=(0, 1)).float()
+            triples = hits[:, :-2] | hits[:, 1:-1] | hits[:, 2:]
+            per_layer[layer] += triples.sum(-1).float().sum()
+        n_windows += batch.shape[0] * (batch.shape[1] - 2)
+    per_layer /= n_windows
+    share = usage / usage.sum(-1, keepdim=True)
+    return {
+        "distinct_experts_per_3_tokens_mean": round(per_layer.mean().item(), 3),
+        "distinct_experts_per_3_tokens_by_layer": [round(v, 3) for v in per_layer.tolist()],
+        "distinct_experts_per_3_tokens_if_uniform_random": round(n_exp * (1 - (1 - k / n_exp) ** 3), 3),
+        "distinct_experts_per_3_tokens_if_degenerate": k,
+        "max_expert_load_share_by_layer": [round(v, 4) for v in share.max(-1).values.tolist()],
+    }

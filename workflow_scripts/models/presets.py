@@ -1,0 +1,137 @@
+"""Build presets of the model pair, and `key=value` overrides of them.
+
+Why these default shapes: decoding on CPU is memory-bound per token, so the target is a Qwen3-MoE with
+16 experts and top-4 (the fewest experts the study allows, with the largest sensible top-k): at batch 1 a
+token reads a quarter of the expert weights, at batch 16 nearly all, so batching and speculative
+verification both behave as they do for production MoEs, while the whole target stays ~26 M parameters
+(~7 M active) and decodes in milliseconds. Hidden 256 / 4 layers is the dense model that trains to a
+useful loss within the 8-minute budget (MEASURED.md); the experts are upcycled copies of its MLP
+(moe_intermediate_size = the dense intermediate size). The draft is one dense layer of the same width,
+so it starts from the target's embeddings, first layer and LM head, and is distilled on the target.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class BuildSettings:
+    """Every knob of a build; recorded whole in build_info.json."""
+
+    # corpus and tokenizer
+    max_files: int | None  # None = the whole stdlib; a number = a fixed subset (smoke)
+    vocab_size: int
+    # shared transformer shape
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int  # dense MLP of the pre-upcycle model, and each expert's size
+    max_position_embeddings: int
+    # target
+    target_layers: int
+    num_experts: int
+    num_experts_per_tok: int
+    # draft
+    draft_layers: int
+    draft_intermediate_size: int
+    # training (fixed step counts, never time budgets: the weights must not depend on machine speed)
+    seq_len: int
+    batch_size: int
+    dense_steps: int
+    dense_lr: float
+    moe_steps: int
+    moe_lr: float
+    expert_noise: float  # relative std of the per-expert perturbation at upcycling
+    router_init_std: float
+    router_aux_loss_coef: float
+    draft_steps: int
+    draft_lr: float
+    warmup_steps: int
+    weight_decay: float
+    train_dtype: str  # "bfloat16" (autocast; ~2x faster on CPUs with AVX512-BF16) or "float32"
+    num_threads: int  # fixed: the thread count changes float reduction order
+    eval_tokens: int  # held-out tokens used for val loss, agreement and routing statistics
+
+
+PRESETS: dict[str, BuildSettings] = {
+    "default": BuildSettings(
+        max_files=None, vocab_size=1024,
+        hidden_size=256, num_attention_heads=4, num_key_value_heads=2, head_dim=64, intermediate_size=512,
+        max_position_embeddings=2048,
+        target_layers=4, num_experts=16, num_experts_per_tok=4,
+        draft_layers=1, draft_intermediate_size=512,
+        seq_len=256, batch_size=16, dense_steps=700, dense_lr=2e-3,
+        moe_steps=30, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
+        draft_steps=250, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
+        train_dtype="bfloat16", num_threads=2, eval_tokens=65536,
+    ),
+    "smoke": BuildSettings(
+        max_files=60, vocab_size=512,
+        hidden_size=64, num_attention_heads=2, num_key_value_heads=1, head_dim=32, intermediate_size=128,
+        max_position_embeddings=2048,
+        target_layers=2, num_experts=16, num_experts_per_tok=4,
+        draft_layers=1, draft_intermediate_size=128,
+        seq_len=128, batch_size=8, dense_steps=60, dense_lr=3e-3,
+        moe_steps=5, moe_lr=1e-3, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
+        draft_steps=30, draft_lr=3e-3, warmup_steps=5, weight_decay=0.1,
+        train_dtype="bfloat16", num_threads=2, eval_tokens=4096,
+    ),
+}
+
+_TRAIN_DTYPES = ("bfloat16", "float32")
+
+
+def _parse_value(key: str, raw: str, current: object) -> object:
+    """Parse `raw` to the type of the field's current value (None allowed for max_files)."""
+    if raw.lower() == "none":
+        if key != "max_files":
+            raise ValueError(f"--set {key}=None: only max_files may be None")
+        return None
+    kind = float if isinstance(current, float) else str if isinstance(current, str) else int
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"--set {key}={raw!r}: expected {kind.__name__}") from None
+
+
+def resolve(preset: str, overrides: dict[str, str] | None = None) -> BuildSettings:
+    """The preset's settings with `overrides` (raw strings, as from `--set key=value`) applied and checked."""
+    if preset not in PRESETS:
+        raise ValueError(f"--preset {preset!r} is unknown; choose one of {sorted(PRESETS)}")
+    base = PRESETS[preset]
+    fields = {f.name for f in dataclasses.fields(base)}
+    changes = {}
+    for key, raw in (overrides or {}).items():
+        if key not in fields:
+            raise ValueError(f"--set {key}: unknown setting; known: {', '.join(sorted(fields))}")
+        changes[key] = _parse_value(key, raw, getattr(base, key))
+    settings = dataclasses.replace(base, **changes)
+    check(settings)
+    return settings
+
+
+def check(s: BuildSettings) -> None:
+    """Refuse settings that would build a pair outside the study's contract."""
+    problems = []
+    if s.num_experts < 16 or s.num_experts_per_tok < 2 or s.num_experts_per_tok > s.num_experts:
+        problems.append(f"num_experts={s.num_experts}, num_experts_per_tok={s.num_experts_per_tok} "
+                        "(need >= 16 experts and 2 <= top-k <= experts)")
+    if not 1 <= s.draft_layers <= 2 or s.hidden_size > 256:
+        problems.append(f"draft_layers={s.draft_layers}, hidden_size={s.hidden_size} (draft: 1-2 layers, hidden <= 256)")
+    if s.num_attention_heads % s.num_key_value_heads:
+        problems.append(f"num_attention_heads={s.num_attention_heads} not a multiple of "
+                        f"num_key_value_heads={s.num_key_value_heads}")
+    if s.train_dtype not in _TRAIN_DTYPES:
+        problems.append(f"train_dtype={s.train_dtype!r} (choose {_TRAIN_DTYPES})")
+    positive = ["vocab_size", "hidden_size", "head_dim", "intermediate_size", "target_layers", "seq_len",
+                "batch_size", "dense_steps", "draft_steps", "num_threads", "eval_tokens"]
+    problems += [f"{k}={getattr(s, k)} (must be > 0)" for k in positive if getattr(s, k) <= 0]
+    problems += [f"{k}={getattr(s, k)} (must be >= 0)" for k in ("moe_steps", "warmup_steps", "expert_noise")
+                 if getattr(s, k) < 0]
+    if s.seq_len > s.max_position_embeddings:
+        problems.append(f"seq_len={s.seq_len} > max_position_embeddings={s.max_position_embeddings}")
+    if problems:
+        raise ValueError("bad build settings: " + "; ".join(problems))

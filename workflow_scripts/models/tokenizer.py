@@ -1,0 +1,53 @@
+"""The shared byte-level BPE tokenizer of the pair (one vocabulary for target and draft).
+
+Byte-level so any prompt text encodes (no unknown tokens); EOS ends every document so the models
+learn to stop, and a pad token lets batched clients pad.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+EOS_TOKEN = "<|endoftext|>"
+PAD_TOKEN = "<|pad|>"
+SPECIAL_TOKENS = [EOS_TOKEN, PAD_TOKEN]  # ids 0 and 1
+
+
+def train_tokenizer(docs: list[str], vocab_size: int) -> Tokenizer:
+    """Train a byte-level BPE on `docs` (deterministic for the same docs and vocab size)."""
+    if vocab_size < 256 + len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)} (bytes + specials), got {vocab_size}")
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(docs, trainer=trainer)
+    return tok
+
+
+def as_transformers(tok: Tokenizer) -> PreTrainedTokenizerFast:
+    """Wrap for `save_pretrained`, so `AutoTokenizer.from_pretrained(dir)` (and SGLang) load it."""
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS_TOKEN, pad_token=PAD_TOKEN,
+                                   model_max_length=2048, clean_up_tokenization_spaces=False)
+
+
+def save_tokenizer(tok: Tokenizer, out_dir: Path) -> None:
+    """Write tokenizer.json + tokenizer_config.json into `out_dir`.
+
+    The class is recorded as PreTrainedTokenizerFast, not transformers 5's "TokenizersBackend", so that
+    SGLang installs with transformers 4.x load it too (transformers 5 maps the old name to the new class).
+    """
+    as_transformers(tok).save_pretrained(out_dir)
+    config_path = out_dir / "tokenizer_config.json"
+    config = json.loads(config_path.read_text())
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
