@@ -103,13 +103,13 @@ rule analysis_tables:
         **{f"{name}_csv": csv_item(name) for name in CSV_TABLES},
         **{f"{name}_html": table_view(name) for name in TABLE_VIEWS},
         article_md=f"{TABLES_DIR}/article_tables.md",
-    params:
-        cfg=analysis_config_json(),
-        out_dir=TABLES_DIR,
     log:
         f"{ANALYSIS_LOGS}/analysis_tables.log",
     conda:
         "../envs/analysis.yaml"
+    params:
+        cfg=analysis_config_json(),
+        out_dir=TABLES_DIR,
     shell:
         "python -m workflow_scripts.analysis.tables --config-json {params.cfg:q}"
         " --requests {input.requests:q} --out-dir {params.out_dir:q} > {log} 2>&1"
@@ -121,14 +121,18 @@ rule analysis_plots:
         improvement=f"{TABLES_DIR}/improvement.csv",
         quantiles=f"{TABLES_DIR}/latency_quantiles.csv",
     output:
-        **{f"{name}_{ext}": plot_item(name, ext) for name in PLOT_NAMES for ext in ("svg", "html")},
-    params:
-        tables_dir=TABLES_DIR,
-        out_dir=PLOTS_DIR,
+        **{
+            f"{name}_{ext}": plot_item(name, ext)
+            for name in PLOT_NAMES
+            for ext in ("svg", "html")
+        },
     log:
         f"{ANALYSIS_LOGS}/analysis_plots.log",
     conda:
         "../envs/analysis.yaml"
+    params:
+        tables_dir=TABLES_DIR,
+        out_dir=PLOTS_DIR,
     shell:
         "python -m workflow_scripts.analysis.plots --tables-dir {params.tables_dir:q}"
         " --out-dir {params.out_dir:q} > {log} 2>&1"
@@ -155,14 +159,14 @@ rule analysis_summary:
             category="1 Summary",
             labels={"item": "study summary", "format": "text"},
         ),
-    params:
-        cfg=analysis_config_json(),
-        study=STUDY,
-        tables_dir=TABLES_DIR,
     log:
         f"{ANALYSIS_LOGS}/analysis_summary.log",
     conda:
         "../envs/analysis.yaml"
+    params:
+        cfg=analysis_config_json(),
+        study=STUDY,
+        tables_dir=TABLES_DIR,
     shell:
         # the article-style tables go to the log and to the terminal
         "python -m workflow_scripts.analysis.summary --config-json {params.cfg:q} --study {params.study:q}"
@@ -178,15 +182,18 @@ rule study_metadata:
             f"{RESULTS}/metadata/study.html",
             caption="../report/metadata.rst",
             category="5 Study metadata",
-            labels={"item": "config, packages, hardware, model, git", "format": "text"},
+            labels={
+                "item": "config, packages, hardware, model, git",
+                "format": "text",
+            },
         ),
-    params:
-        cfg=json.dumps(config, sort_keys=True, default=str),
-        build_info=build_info_flag,
     log:
         f"{ANALYSIS_LOGS}/study_metadata.log",
     conda:
         "../envs/analysis.yaml"
+    params:
+        cfg=json.dumps(config, sort_keys=True, default=str),
+        build_info=build_info_flag,
     shell:
         "python -m workflow_scripts.analysis.metadata --config-json {params.cfg:q} {params.build_info}"
         " --out-json {output.json:q} --out-html {output.html:q} > {log} 2>&1"

@@ -35,7 +35,8 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-back
                   "--disable-component-update", "--disable-sync", "--no-first-run",
                   # keep data: iframes in the page's process so the DevTools session can reach their DOM
                   "--disable-features=IsolateOrigins,site-per-process", "--window-size=1400,1000",
-                  "--remote-debugging-port=0", "--remote-allow-origins=*"]
+                  "--remote-debugging-port=0", "--remote-allow-origins=*",
+                  "--allow-file-access-from-files"]  # the .zip report loads its charts from data/raw/
 CHART_MIMES = {"image/svg+xml": "img", "text/html": "html"}
 
 # JS run in the page / in a chart's iframe. Marks = drawn elements inside vega's mark groups.

@@ -20,6 +20,8 @@ from typing import Any
 
 from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
 
+CODE_ROOT = Path(__file__).resolve().parents[2]
+
 
 def _run(cmd: list[str]) -> str | None:
     """Output of a local command, or None when it is missing or fails (the report says 'not available')."""
@@ -112,7 +114,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config-json", required=True, help="the full study config as JSON")
     parser.add_argument("--build-info", type=Path, help="model build_info.json (skipped when absent)")
-    parser.add_argument("--repo", type=Path, default=Path.cwd(), help="git checkout of the study (default: cwd)")
+    parser.add_argument("--repo", type=Path, default=CODE_ROOT,
+                        help="git checkout whose commit is recorded (default: the one holding this code)")
     parser.add_argument("--out-json", type=Path, required=True)
     parser.add_argument("--out-html", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -24,6 +24,7 @@ from workflow_scripts.analysis.output import atomic_write_text
 
 PLOTS = ["throughput", "speedup", "acceptance", "latency", "pareto"]
 LOG2 = alt.Scale(type="log", base=2)
+PANEL = {"width": 260, "height": 200}
 EMPTY_RULE = {"color": "#d62728", "strokeDash": [4, 3], "strokeWidth": 2}
 
 
@@ -79,7 +80,7 @@ def throughput_chart(summary: pd.DataFrame) -> alt.Chart:
     ok = base.transform_filter("!datum.empty")
     line = ok.mark_line(point=True).encode(y=alt.Y("value:Q", title="tok/s"), tooltip=tooltip)
     bars = ok.mark_errorbar().encode(y=alt.Y("ci_low:Q", title="tok/s"), y2="ci_high:Q")
-    return (alt.layer(line, bars, *_empty_layers(), data=data)
+    return (alt.layer(line, bars, *_empty_layers(), data=data).properties(**PANEL)
             .facet(row=alt.Row("metric:N", title=None), column=alt.Column("panel:N", title="workload · source"))
             .resolve_scale(x="independent", y="independent")
             .properties(title="Throughput against concurrency (median over repeats, 95% CI)"))
@@ -104,7 +105,7 @@ def speedup_chart(improvement: pd.DataFrame) -> alt.Chart:
                  alt.Tooltip("ci_high_pct:Q", format="+.1f"), "within_noise:N"])
     bars = ok.mark_errorbar().encode(y=alt.Y("ci_low_pct:Q", title=title), y2="ci_high_pct:Q")
     zero = alt.Chart().mark_rule(color="black").encode(y=alt.datum(0))
-    return (alt.layer(line, bars, zero, *_empty_layers(), data=data)
+    return (alt.layer(line, bars, zero, *_empty_layers(), data=data).properties(**PANEL)
             .facet(row=alt.Row("metric:N", title=None), column=alt.Column("workload:N"))
             .resolve_scale(y="independent")
             .properties(title="Speedup: each setting vs the baseline, and steps N vs N−1 (95% bootstrap CI)"))
@@ -122,7 +123,7 @@ def acceptance_chart(summary: pd.DataFrame) -> alt.Chart:
         y=alt.Y("accept_length_token_weighted:Q", title="acceptance length (tokens per verify step)"),
         tooltip=tooltip)
     ticks = base.mark_tick(color="black", thickness=2).encode(y="accept_length_mean:Q", tooltip=tooltip)
-    return (alt.layer(bars, ticks, data=data).facet(column=alt.Column("workload:N"))
+    return (alt.layer(bars, ticks, data=data).properties(**PANEL).facet(column=alt.Column("workload:N"))
             .properties(title="Acceptance length: bars token-weighted, ticks request mean"))
 
 
@@ -136,7 +137,7 @@ def latency_chart(quantiles: pd.DataFrame) -> alt.Chart:
     whisker = base.mark_rule().encode(y=alt.Y("p5:Q", scale=alt.Scale(type="log"), title="ms"), y2="p95:Q")
     box = base.mark_bar(size=8).encode(y="p25:Q", y2="p75:Q", tooltip=tooltip)
     median = base.mark_tick(color="black", size=10).encode(y="p50:Q", tooltip=tooltip)
-    return (alt.layer(whisker, box, median, data=data)
+    return (alt.layer(whisker, box, median, data=data).properties(**PANEL)
             .facet(row=alt.Row("metric:N", title=None), column=alt.Column("workload:N"))
             .resolve_scale(y="independent")
             .properties(title="Latency distributions: TTFT and TPOT (p5, p25, p50, p75, p95)"))
@@ -171,7 +172,7 @@ def pareto_chart(summary: pd.DataFrame) -> alt.Chart:
     front = alt.Chart().transform_filter("datum.pareto").mark_line(color="black", strokeDash=[2, 2]).encode(
         x=x, y=y, detail="source:N", order="aggregate_tok_s_median:Q")
     data["panel"] = data["workload"] + np.where(data["source"] == "measured", "", " · " + data["source"])
-    return (alt.layer(front, points, labels, data=data)
+    return (alt.layer(front, points, labels, data=data).properties(**PANEL)
             .facet(column=alt.Column("panel:N", title="workload · source"))
             .resolve_scale(x="independent", y="independent")
             .properties(title="Per-request against aggregate tok/s; dashed line = Pareto front (labels: concurrency)"))

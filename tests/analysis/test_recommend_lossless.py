@@ -1,0 +1,104 @@
+"""The recommendation rule (robust score, ties, errored settings) and the lossless check."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.analysis.request_data import cell, frame
+from workflow_scripts.analysis.lossless import lossless_table
+from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
+from workflow_scripts.analysis.recommend import recommend, score_table
+from workflow_scripts.analysis.study_config import StudyConfig
+
+
+def _cfg(**analysis) -> StudyConfig:
+    spec = {"speculative_algorithm": "STANDALONE"}
+    return StudyConfig.from_dict({
+        "settings": {"baseline": {}, "steps1": {**spec, "speculative_num_steps": 1},
+                     "steps2": {**spec, "speculative_num_steps": 2}, "steps3": {**spec, "speculative_num_steps": 3}},
+        "workloads": {"synthetic": {"kind": "synthetic", "temperature": 0.0},
+                      "realistic": {"kind": "realistic", "temperature": 0.7}},
+        "analysis": {"bands": {"low": [1], "mid": [4]}, **analysis},
+    })
+
+
+def _recommend(rows, cfg):
+    df = add_request_metrics(frame(rows))
+    cells = cell_table(df)
+    scores = score_table(df, cells, cfg)
+    return recommend(scores, cfg), scores
+
+
+def _pick(rec, band="low", metric="per_request_tok_s"):
+    return rec[(rec["band"] == band) & (rec["metric"] == metric)].iloc[0]
+
+
+def test_steady_setting_beats_an_erratic_one_with_a_higher_median():
+    rows = (cell("baseline", "synthetic", 1, 0, n=9, tok_s=100.0)
+            # steps1: median 120 but swinging 60..180 -> MAD 60 -> score far below steps2
+            + cell("steps1", "synthetic", 1, 0, n=9, tok_s=[60, 180, 120, 60, 180, 120, 60, 180, 120, 120])
+            + cell("steps2", "synthetic", 1, 0, n=9, tok_s=110.0))
+    rec, scores = _recommend(rows, _cfg())
+    assert _pick(rec)["recommended"] == "steps2"
+    s1 = scores[(scores["setting"] == "steps1") & (scores["metric"] == "per_request_tok_s")].iloc[0]
+    assert s1["median"] == pytest.approx(120.0) and s1["score"] < 110.0
+    assert _pick(rec)["score_vs_baseline"] == pytest.approx(1.1)
+
+
+def test_tie_within_tolerance_goes_to_fewer_steps_and_errored_is_never_recommended():
+    rows = (cell("baseline", "synthetic", 1, 0, n=6, tok_s=100.0)
+            + cell("steps1", "synthetic", 1, 0, n=6, tok_s=150.0)
+            + cell("steps2", "synthetic", 1, 0, n=6, tok_s=151.0)   # +0.7%: a tie at 1% tolerance
+            # steps3 is fastest but one request failed
+            + cell("steps3", "synthetic", 1, 0, n=6, tok_s=300.0)
+            + cell("steps3", "synthetic", 1, 1, n=1, warmup=0, error="server died"))
+    rec, _ = _recommend(rows, _cfg())
+    pick = _pick(rec)
+    assert pick["recommended"] == "steps1"
+    assert pick["tied_with"] == "steps2"
+    assert "steps3 (errored)" in pick["excluded"]
+    # with no tolerance the faster one wins
+    rec, _ = _recommend(rows, _cfg(tie_tolerance=0.0))
+    assert _pick(rec)["recommended"] == "steps2"
+
+
+def test_band_without_any_eligible_setting_recommends_nothing():
+    rows = (cell("baseline", "synthetic", 4, 0, n=4, error="oom") + cell("steps1", "synthetic", 4, 0, n=4, error="oom")
+            + cell("baseline", "synthetic", 1, 0, n=4, tok_s=100.0))
+    rec, _ = _recommend(rows, _cfg())
+    mid = _pick(rec, band="mid")
+    assert mid["recommended"] == "" and mid["note"] == "no eligible setting"
+    assert _pick(rec, band="low")["recommended"] == "baseline"
+
+
+def test_setting_missing_a_band_concurrency_is_not_eligible():
+    cfg = _cfg(bands={"both": [1, 4]})
+    rows = (cell("baseline", "synthetic", 1, 0, n=4, tok_s=100.0) + cell("baseline", "synthetic", 4, 0, n=4, tok_s=90.0)
+            + cell("steps1", "synthetic", 1, 0, n=4, tok_s=500.0))
+    rec, scores = _recommend(rows, cfg)
+    assert _pick(rec, band="both")["recommended"] == "baseline"
+    assert "no data at C=4" in scores.loc[scores["setting"] == "steps1", "note"].iloc[0]
+
+
+def test_lossless_counts_token_identical_outputs_at_temperature_zero():
+    def changed(prompt_id):  # steps2 diverges on prompt 0 only
+        return [prompt_id * 100 + k + (1 if prompt_id == 0 and k > 5 else 0) for k in range(16)]
+
+    rows = (cell("baseline", "synthetic", 1, 0, n=8) + cell("steps1", "synthetic", 1, 0, n=8)
+            + cell("steps2", "synthetic", 1, 0, n=8, output_ids=changed)
+            # sampled workload: not part of the check
+            + cell("steps2", "realistic", 1, 0, n=8, temperature=0.7, output_ids=changed))
+    table = lossless_table(add_request_metrics(frame(rows)), "baseline").set_index("setting")
+    assert table.loc["steps1", "share_identical"] == 1.0
+    # prompts cycle 0..3 over 9 requests (1 warm-up): prompt 0 appears twice among the 8 measured
+    assert (table.loc["steps2", "n_compared"], table.loc["steps2", "n_identical"]) == (8, 6)
+    assert set(table["workload"]) == {"synthetic"}
+
+
+def test_lossless_falls_back_to_text_hash_without_token_ids():
+    rows = cell("baseline", "synthetic", 1, 0, n=4) + cell("steps1", "synthetic", 1, 0, n=4)
+    for r in rows:
+        r["output_ids"] = []
+    rows[-1]["text_hash"] = "different"
+    table = lossless_table(add_request_metrics(frame(rows)), "baseline").set_index("setting")
+    assert table.loc["steps1", "n_identical"] == 3 and table.loc["steps1", "n_compared"] == 4
