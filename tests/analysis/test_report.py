@@ -91,7 +91,10 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
     rows = study_rows(SPEEDUPS, repeats=2) + cell("steps2", "realistic", 4, 0, n=2, error="boom")
     for s in SPEEDUPS:
         write_parquet([r for r in rows if r["setting"] == s], results / "requests" / f"{s}.parquet")
-    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "study": "e2e", "engine": "sglang"}))
+    build_info = {"preset": "smoke", "seed": 0, "params": 1234}
+    (results / "models" / "target").mkdir(parents=True)
+    (results / "models" / "target" / "build_info.json").write_text(json.dumps(build_info))
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "study": "e2e", "engine": "embedded"}))
     (tmp_path / "Snakefile").write_text(
         # what rules/common.smk provides, for a workflow that only has the analysis
         'configfile: "config.json"\n'
@@ -106,6 +109,7 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
         assert (results / path).stat().st_size > 0, path
     meta = json.loads((results / "metadata" / "study.json").read_text())
     assert meta["packages"]["pandas"] and meta["hardware"]["logical_cores"] >= 1 and meta["git"]["commit"]
+    assert meta["model_build_info"] == build_info and meta["config"]["study"] == "e2e"
     assert "cells have no successful request" in (results / "summary.md").read_text()
     snakemake(tmp_path, "--report", str(results / "report.html"))
     snakemake(tmp_path, "--report", str(results / "report.zip"))
