@@ -70,9 +70,7 @@ def test_generate_stream_is_cumulative_and_matches_non_stream(plain_server):
 def test_generate_input_ids_and_batch(plain_server):
     single = plain_server.post("/generate", {"input_ids": [5, 6, 7], "sampling_params": GREEDY}).json()
     assert single["meta_info"]["prompt_tokens"] == 3
-    batch = plain_server.post(
-        "/generate", {"input_ids": [[5, 6, 7], [8, 9]], "sampling_params": GREEDY}
-    ).json()
+    batch = plain_server.post("/generate", {"input_ids": [[5, 6, 7], [8, 9]], "sampling_params": GREEDY}).json()
     assert isinstance(batch, list) and len(batch) == 2
     assert batch[0]["output_ids"] == single["output_ids"]
     assert [b["meta_info"]["prompt_tokens"] for b in batch] == [3, 2]

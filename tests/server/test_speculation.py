@@ -55,13 +55,21 @@ def test_standalone_server_info(standalone_server, tiny_models):
     info = standalone_server.get("/server_info").json()
     assert info["speculative_algorithm"] == "STANDALONE"
     assert info["speculative_draft_model_path"] == str(tiny_models["draft"])
-    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (2, 1, 3)
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (
+        2,
+        1,
+        3,
+    )
     assert info["internal_states"][0]["avg_spec_accept_length"] >= 1.0
 
 
 def test_ngram_takes_sglang_chain_defaults_and_reports_spec_fields(ngram_server, plain_server):
     info = ngram_server.get("/server_info").json()
-    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (3, 1, 4)
+    assert (info["speculative_num_steps"], info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (
+        3,
+        1,
+        4,
+    )
     body = {"text": PROMPTS[2], "sampling_params": GREEDY}
     out = ngram_server.post("/generate", body).json()
     assert out["output_ids"] == plain_server.post("/generate", body).json()["output_ids"]

@@ -55,7 +55,9 @@ def build_tiny_models(root: Path) -> dict[str, Path]:
         )  # fmt: skip
     )
     draft = Qwen3ForCausalLM(Qwen3Config(**shared, num_hidden_layers=1, intermediate_size=128))
-    bad = Qwen3ForCausalLM(Qwen3Config(**{**shared, "vocab_size": vocab + 8}, num_hidden_layers=1, intermediate_size=64))
+    bad = Qwen3ForCausalLM(
+        Qwen3Config(**{**shared, "vocab_size": vocab + 8}, num_hidden_layers=1, intermediate_size=64)
+    )
     paths = {
         "target": _save(target, tok, root / "target"),
         "draft": _save(draft, tok, root / "draft"),

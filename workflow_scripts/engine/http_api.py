@@ -146,7 +146,13 @@ def create_app(state: ServerState) -> FastAPI:
             for i, result in enumerate(results):
                 reason, matched = _openai_finish(result["meta_info"])
                 choices.append(
-                    {"index": i, "text": result["text"], "logprobs": None, "finish_reason": reason, "matched_stop": matched}
+                    {
+                        "index": i,
+                        "text": result["text"],
+                        "logprobs": None,
+                        "finish_reason": reason,
+                        "matched_stop": matched,
+                    }
                 )
             prompt_tokens = sum(r["meta_info"]["prompt_tokens"] for r in results)
             completion_tokens = sum(r["meta_info"]["completion_tokens"] for r in results)

@@ -23,6 +23,8 @@ from workflow_scripts.engine.types import EngineConfigError
 log = logging.getLogger("workflow_scripts.engine.launch_server")
 
 WARMUP_TIMEOUT_S = 300.0
+# On SIGTERM, streams still running get this long before uvicorn closes them (and the engine aborts them).
+GRACEFUL_SHUTDOWN_S = 5
 # SGLang's own warm-up request (`srt/entrypoints/http_server.py:_execute_server_warmup`).
 WARMUP_REQUEST = {"text": "The capital city of France is", "sampling_params": {"temperature": 0, "max_new_tokens": 8}}
 
@@ -102,7 +104,13 @@ async def _serve(args: ServerArgs, state) -> int:
     from workflow_scripts.engine.http_api import create_app
 
     config = uvicorn.Config(
-        create_app(state), host=args.host, port=args.port, log_config=None, log_level=args.log_level, loop="asyncio"
+        create_app(state),
+        host=args.host,
+        port=args.port,
+        log_config=None,
+        log_level=args.log_level,
+        loop="asyncio",
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     server = uvicorn.Server(config)
     serving = asyncio.create_task(server.serve())

@@ -96,7 +96,9 @@ class Generator:
             events.append(queue.get_nowait())
         return None if await client.gone() else events
 
-    def _meta_info(self, req: PreparedRequest, out: OutputText, last: TokenEvent, finish_reason, t0: float) -> dict:
+    def _meta_info(
+        self, req: PreparedRequest, out: OutputText, last: TokenEvent, finish_reason: dict | None, t0: float
+    ) -> dict:
         meta = {
             "id": req.rid,
             "finish_reason": finish_reason,
