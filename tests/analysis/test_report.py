@@ -110,7 +110,7 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
     meta = json.loads((results / "metadata" / "study.json").read_text())
     assert meta["packages"]["pandas"] and meta["hardware"]["logical_cores"] >= 1 and meta["git"]["commit"]
     assert meta["model_build_info"] == build_info and meta["config"]["study"] == "e2e"
-    assert "cells have no successful request" in (results / "summary.md").read_text()
+    assert "cell(s) have no successful request" in (results / "summary.md").read_text()
     snakemake(tmp_path, "--report", str(results / "report.html"))
     snakemake(tmp_path, "--report", str(results / "report.zip"))
     for report in ("report.html", "report.zip"):

@@ -142,7 +142,7 @@ def test_cli_writes_tables_plots_and_summary(request_files, tmp_path: Path):
     assert proc.returncode == 0, proc.stderr
     text = (tmp_path / "summary.md").read_text()
     for section in ("## Headline", "## Recommendation", "## Synthetic vs realistic workload",
-                    "## Lossless check (temperature 0)", "## The article's tables"):
+                    "## Lossless check (temperature 0)", "## Against external results", "## The article's tables"):
         assert section in text
     assert "`steps3` synthetic C=1" in text and "overstates" in text
     assert "+51%" in proc.stdout  # the article tables close the run's output

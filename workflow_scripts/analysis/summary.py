@@ -27,7 +27,7 @@ def _read(tables_dir: Path, name: str) -> pd.DataFrame:
     return pd.read_csv(tables_dir / f"{name}.csv")
 
 
-def headline(improvement: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
+def headline(improvement: pd.DataFrame, summary: pd.DataFrame, settings: list[str]) -> list[str]:
     """Per workload: the best setting against the baseline at the lowest and highest concurrency measured."""
     lines = []
     vs_base = improvement[(improvement["source"] == "measured") & (improvement["kind"] == "vs_baseline")
@@ -43,14 +43,37 @@ def headline(improvement: pd.DataFrame, summary: pd.DataFrame) -> list[str]:
             lines.append(f"- **{workload}, concurrency {conc}**: best is `{best['candidate']}` with "
                          f"{fmt_tok_s(best['candidate_value'])} vs {fmt_tok_s(best['baseline_value'])} per-request "
                          f"tok/s, {fmt_improvement(best)}{agg_text}.")
+    if not lines:
+        lines.append("- No comparison against the baseline could be computed (no measured data for one side).")
     measured = summary[summary["source"] == "measured"]
     empty = measured[measured["n_ok"] == 0]
     errored = measured[measured["n_err"] > 0]
     if len(errored):
-        lines.append(f"- **Errors**: {int(errored['n_err'].sum())} requests failed in {len(errored)} cells; "
-                     f"{len(empty)} cells have no successful request and show as — (no data): "
-                     + ", ".join(f"`{r.setting}` {r.workload} C={r.concurrency}" for r in empty.itertuples()) + ".")
-    return lines or ["- No comparison against the baseline could be computed (no measured data for it)."]
+        lines.append(f"- **Errors**: {int(errored['n_err'].sum())} request(s) failed in {len(errored)} cell(s); "
+                     f"{len(empty)} cell(s) have no successful request and show as — (no data)"
+                     + "".join(f"{', ' if i else ': '}`{r.setting}` {r.workload} C={r.concurrency}"
+                               for i, r in enumerate(empty.itertuples())) + ".")
+    missing = [name for name in settings if name not in set(measured["setting"])]
+    if missing:
+        lines.append(f"- **Not measured**: no request records for {', '.join(f'`{m}`' for m in missing)}.")
+    return lines
+
+
+def external_comparison(improvement: pd.DataFrame) -> str:
+    """External improvements beside this study's for the same comparison, workload and concurrency."""
+    keys = ["kind", "baseline", "candidate", "workload", "concurrency", "metric"]
+    measured = improvement[improvement["source"] == "measured"]
+    external = improvement[improvement["source"] != "measured"]
+    both = external.merge(measured, on=keys, suffixes=("_ext", ""))
+    if both.empty:
+        return ""
+    table = pd.DataFrame({
+        "source": both["source_ext"], "comparison": both["candidate"] + " vs " + both["baseline"],
+        "workload": both["workload"], "C": both["concurrency"], "metric": both["metric"].map(METRICS),
+        "external": both["improvement_pct_ext"].map(fmt_pct),
+        "this study": both.apply(fmt_improvement, axis=1),
+    })
+    return to_markdown(table)
 
 
 def recommendation_lines(rec: pd.DataFrame) -> str:
@@ -75,7 +98,9 @@ def lossless_lines(lossless: pd.DataFrame, baseline: str) -> list[str]:
         text = "—" if not np.isfinite(share) else f"{share:.1%}"
         role = " (baseline against its own most frequent output)" if setting == baseline else ""
         flag = " **⚠ under 100%: not token-identical**" if np.isfinite(share) and share < 1 else ""
-        lines.append(f"- `{setting}`{role}: {identical}/{compared} requests identical ({text}){flag}")
+        unmatched = int(g["n_no_reference"].sum())
+        note = f"; {unmatched} without a baseline output to compare with" if unmatched else ""
+        lines.append(f"- `{setting}`{role}: {identical}/{compared} requests identical ({text}){flag}{note}")
     return lines
 
 
@@ -106,7 +131,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path) -> str:
         f"# Study `{study}`: speculative decoding against `{cfg.baseline}`", "",
         "Throughput is the median over repeats; brackets give the 95% bootstrap CI over repeats, and "
         "“≈ noise” marks a difference whose CI includes 0. — means no data (every request failed), never 0.", "",
-        "## Headline", *headline(improvement, summary), "",
+        "## Headline", *headline(improvement, summary, list(cfg.settings)), "",
         "## Recommendation", "",
         "Per concurrency band and workload, the setting with the highest median − 1.4826·MAD of its tok/s; "
         f"scores within {cfg.tie_tolerance:.0%} tie and go to fewer speculative steps; a setting with errors is "
@@ -114,6 +139,11 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path) -> str:
         "## Synthetic vs realistic workload", "", gap_sentence(gap), "", gap_md, "",
         "## Lossless check (temperature 0)", "", *lossless_lines(lossless, cfg.baseline), "",
     ]
+    external = external_comparison(improvement)
+    if external:
+        parts += ["## Against external results", "",
+                  "The same comparison, workload and concurrency in an external table (e.g. the seed article, "
+                  "measured on GPUs) and in this study:", "", external, ""]
     eos = eos_lines(summary, cfg)
     if eos:
         parts += ["## How realistic answers ended", "", *eos, ""]
