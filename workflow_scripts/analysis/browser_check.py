@@ -19,7 +19,9 @@ import asyncio
 import base64
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -159,7 +161,7 @@ async def _check_chart(cdp: _CDP, path: str, mime: str, timeout: float) -> int:
 async def _run(report: Path, screenshots: Path | None, timeout: float) -> list[ChartResult]:
     profile = Path(tempfile.mkdtemp(prefix="browser-check-"))
     proc = subprocess.Popen([_find_chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "about:blank"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         port = await _devtools_port(profile, proc, timeout)
         async with aiohttp.ClientSession() as session:
@@ -192,12 +194,22 @@ async def _run(report: Path, screenshots: Path | None, timeout: float) -> list[C
                     out.append(ChartResult(path, mime, marks, shot))
                 return out
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        _stop(proc)
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """End chromium and its helper processes (its own process group, started above)."""
+    for sig, wait_s in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def check_report(report: Path | str, screenshots: Path | str | None = None,
