@@ -14,6 +14,7 @@ if not workflow.overwrite_configfiles:
 
 
 include: "rules/common.smk"
+include: "rules/scaleout.smk"
 include: "rules/models.smk"
 include: "rules/moe.smk"
 include: "rules/benchmark.smk"

@@ -1,0 +1,1 @@
+# placeholder: the Slurm checks land here (issue 6)
