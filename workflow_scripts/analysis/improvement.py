@@ -21,7 +21,6 @@ from workflow_scripts.analysis.external import load_external
 from workflow_scripts.analysis.stats import Bootstrap, within_noise
 
 METRICS = {"per_request_tok_s": "per-request tok/s", "aggregate_tok_s": "aggregate tok/s"}
-VALUE_KEYS = ["source", "setting", "workload", "concurrency"]
 IMPROVEMENT_COLUMNS = ["source", "kind", "baseline", "candidate", "workload", "concurrency", "metric",
                        "baseline_value", "candidate_value", "improvement_pct", "ci_low_pct", "ci_high_pct",
                        "within_noise", "n_baseline", "n_candidate"]

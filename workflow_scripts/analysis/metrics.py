@@ -33,7 +33,7 @@ REQUIRED_COLUMNS = {
     "first_token_ts", "chunk_ts", "end_ts", "output_tokens", "finish_reason", "spec_verify_ct",
     "accept_length", "error",
 }
-LOSSLESS_COLUMNS = ("output_ids", "text_hash")
+OUTPUT_IDENTITY_COLUMNS = ("output_ids", "text_hash")
 
 
 def load_requests(paths: list[Path | str]) -> pd.DataFrame:
@@ -44,7 +44,7 @@ def load_requests(paths: list[Path | str]) -> pd.DataFrame:
         missing = sorted(REQUIRED_COLUMNS - set(frame.columns))
         if missing:
             raise ValueError(f"{path}: missing column(s) {', '.join(missing)} in the per-request records")
-        if not any(col in frame.columns for col in LOSSLESS_COLUMNS):
+        if not any(col in frame.columns for col in OUTPUT_IDENTITY_COLUMNS):
             raise ValueError(f"{path}: needs column output_ids or text_hash for the lossless check")
         frames.append(frame)
     if not frames:

@@ -93,7 +93,3 @@ class StudyConfig:
 
     def workloads_of_kind(self, kind: str) -> list[str]:
         return [name for name, w in self.workloads.items() if w.get("kind") == kind]
-
-    def temperature(self, workload: str) -> float | None:
-        value = self.workloads.get(workload, {}).get("temperature")
-        return None if value is None else float(value)
