@@ -1,0 +1,151 @@
+"""Tune the embedded engine's fused-MoE kernel on this CPU, for real.
+
+Every config of `fused_moe.search_space()` is timed at each batch size with the target's real shapes
+(and its layer-0 expert weights when the checkpoint has them in a layout we know; random weights of
+the same shapes otherwise). The result is SGLang-shaped: {batch size: best config}.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from workflow_scripts.engine import fused_moe as engine_moe
+from workflow_scripts.moe.model_shapes import MoeShape
+from workflow_scripts.moe.search import Measure, run_search
+
+# One timing sample lasts at least this long (several kernel calls when one is shorter), so that timer
+# resolution and scheduler jitter on a shared machine stay small against it.
+MIN_SAMPLE_S = 0.01
+# "wall": elapsed time, what a server sees (right on a machine of one's own). "cpu": this process's CPU
+# time, blind to other tenants preempting us (right on a shared machine, with one torch thread).
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+_TORCH_DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+_EXPERT_KEY = re.compile(r"layers\.0\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
+
+
+@dataclass
+class LayerWeights:
+    """One MoE layer's weights in the engine's layout, and where they came from."""
+
+    w13: torch.Tensor  # [E, 2N, H]
+    w2: torch.Tensor  # [E, H, N]
+    gate: torch.Tensor | None  # router [E, H], when the checkpoint has it
+    source: str
+
+
+def _random_weights(shape: MoeShape, dtype: torch.dtype, seed: int, why: str) -> LayerWeights:
+    gen = torch.Generator().manual_seed(seed)
+    E, N, H = shape.num_experts, shape.shard_n, shape.hidden_size
+    w13 = torch.randn(E, 2 * N, H, generator=gen, dtype=torch.float32).mul_(H**-0.5).to(dtype)
+    w2 = torch.randn(E, H, N, generator=gen, dtype=torch.float32).mul_(N**-0.5).to(dtype)
+    return LayerWeights(w13, w2, None, f"random ({why})")
+
+
+def load_layer_weights(model_dir: Path, shape: MoeShape, seed: int) -> LayerWeights:
+    """Layer 0's experts from model.safetensors (per-expert HF keys), else seeded random ones of the same shapes."""
+    from safetensors import safe_open
+
+    dtype = _TORCH_DTYPES[shape.act_dtype]
+    files = sorted(Path(model_dir).glob("*.safetensors")) if Path(model_dir).is_dir() else []
+    if not files:
+        return _random_weights(shape, dtype, seed, f"no *.safetensors in {model_dir}")
+    parts: dict[tuple[int, str], torch.Tensor] = {}
+    gate = None
+    for file in files:
+        with safe_open(str(file), framework="pt") as f:
+            for key in f.keys():
+                match = _EXPERT_KEY.search(key)
+                if match:
+                    parts[(int(match[1]), match[2])] = f.get_tensor(key)
+                elif key.endswith("layers.0.mlp.gate.weight"):
+                    gate = f.get_tensor(key)
+    E = shape.num_experts
+    if len(parts) != 3 * E:
+        return _random_weights(shape, dtype, seed, f"{model_dir}: no per-expert layer-0 weights in a known layout")
+    w13 = torch.stack([torch.cat([parts[(e, "gate_proj")], parts[(e, "up_proj")]]) for e in range(E)])
+    w2 = torch.stack([parts[(e, "down_proj")] for e in range(E)])
+    expected = {(E, 2 * shape.shard_n, shape.hidden_size), (E, shape.hidden_size, shape.shard_n)}
+    if {tuple(w13.shape), tuple(w2.shape)} != expected:
+        raise ValueError(f"{model_dir}: layer-0 expert weights {tuple(w13.shape)}, {tuple(w2.shape)} do not match config.json")
+    return LayerWeights(w13.to(dtype), w2.to(dtype), None if gate is None else gate.to(dtype), f"{model_dir} layer 0")
+
+
+def _inputs(weights: LayerWeights, shape: MoeShape, M: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Hidden states and router logits for M tokens (real router when present: realistic expert spread)."""
+    gen = torch.Generator().manual_seed(seed + M)
+    hidden = torch.randn(M, shape.hidden_size, generator=gen).to(weights.w13.dtype)
+    if weights.gate is not None:
+        logits = hidden @ weights.gate.T
+    else:
+        logits = torch.randn(M, shape.num_experts, generator=gen)
+    return hidden, logits.float()
+
+
+def _calls_per_sample(run, clock, floor_s: float = MIN_SAMPLE_S) -> int:
+    """How many kernel calls one timing sample needs to last `floor_s` (one warm-up call, then one timed)."""
+    run()
+    start = clock()
+    run()
+    return max(1, int(floor_s / max(clock() - start, 1e-6) + 0.999))
+
+
+def make_measure(
+    weights: LayerWeights, shape: MoeShape, M: int, space: list[dict], seed: int, clock: str = "wall"
+) -> Measure:
+    """measure(i) -> seconds per fused_moe call with config space[i], at M tokens.
+
+    Each config is warmed up and calibrated on its first sample (slow configs get fewer calls per
+    sample); that calibration is not a counted evaluation (it shows in the wall time).
+    """
+    hidden, logits = _inputs(weights, shape, M, seed)
+    timer = CLOCKS[clock]
+    calls: dict[int, int] = {}
+
+    def measure(i: int) -> float:
+        def run():
+            return engine_moe.fused_moe(hidden, logits, weights.w13, weights.w2, shape.top_k, True, space[i])
+
+        with torch.inference_mode():
+            if i not in calls:
+                calls[i] = _calls_per_sample(run, timer)
+            start = timer()
+            for _ in range(calls[i]):
+                run()
+            return (timer() - start) / calls[i]
+
+    return measure
+
+
+def tune_batch_size(
+    weights: LayerWeights, shape: MoeShape, M: int, space: list[dict], search: str, repeats: int, seed: int,
+    clock: str = "wall",
+) -> dict:
+    """Search `space` at M tokens; returns the winner, its time, and what the search cost."""
+    started = time.perf_counter()
+    result = run_search(search, len(space), make_measure(weights, shape, M, space, seed, clock), repeats)
+    return {
+        "config": space[result.best],
+        "time_s": result.best_s,
+        "evaluations": result.evaluations,
+        "space_size": len(space),
+        "wall_s": time.perf_counter() - started,
+        "scores_s": {str(i): t for i, t in result.scores().items()},
+    }
+
+
+def tune(
+    weights: LayerWeights, shape: MoeShape, batch_sizes: list[int], search: str, repeats: int, seed: int,
+    clock: str = "wall",
+) -> dict[int, dict]:
+    """tune_batch_size for each batch size, with progress."""
+    space = engine_moe.search_space()
+    return {
+        M: tune_batch_size(weights, shape, M, space, search, repeats, seed, clock)
+        for M in tqdm(batch_sizes, desc=f"tuning fused_moe ({search})", unit="batch size")
+    }
