@@ -19,9 +19,18 @@ def with_edit(edit) -> dict:
 
 
 CASES = [
-    ("unknown top-level key", lambda c: c.update(colour="blue"), ["'colour' was unexpected"]),
-    ("unknown setting key", lambda c: c["settings"]["steps1"].update(speculative_num_stepz=2), ["speculative_num_stepz"]),
-    ("wrong type", lambda c: c["benchmark"].update(concurrency="many"), ["concurrency", "'many' is not of type 'array'"]),
+    ("unknown top-level key", lambda c: c.update(colour="blue"), ["'colour' was unexpected", "allowed keys: study, engine"]),
+    (
+        "unknown setting key",
+        lambda c: c["settings"]["steps1"].update(speculative_num_stepz=2),
+        ["config key settings.steps1", "speculative_num_stepz", "allowed keys: speculative_algorithm"],
+    ),
+    (
+        "bad pairwise",
+        lambda c: c.update(analysis={"pairwise": 3}),
+        ["config key analysis.pairwise", "allowed: auto (steps N against steps N-1"],
+    ),
+    ("wrong type", lambda c: c["benchmark"].update(concurrency="many"), ["config key benchmark.concurrency", "'many' is not of type 'array'"]),
     (
         "setting names a missing workload",
         lambda c: c["settings"]["baseline"].update(workloads=["chat"]),
@@ -45,7 +54,7 @@ CASES = [
     (
         "unknown algorithm",
         lambda c: c["settings"]["steps1"].update(speculative_algorithm="MEDUSA"),
-        ["speculative_algorithm", "'MEDUSA' is not one of"],
+        ["config key settings.steps1.speculative_algorithm", "'MEDUSA' is not one of"],
     ),
     ("baseline not a setting", lambda c: c.update(analysis={"baseline": "nope"}), ["analysis.baseline", "'nope'"]),
 ]
