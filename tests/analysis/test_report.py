@@ -100,6 +100,7 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
         'configfile: "config.json"\n'
         'STUDY = config["study"]\nRESULTS = f"results/{STUDY}"\nSETTINGS = list(config["settings"])\n'
         'ENGINE = config["engine"]\n\n'
+        f'report: "{REPO}/report/workflow.rst"\n'
         f'include: "{REPO}/rules/analysis.smk"\n\n'
         "rule all:\n    input: analysis_outputs()\n")
     proc = snakemake(tmp_path, "--cores", "2")
@@ -112,6 +113,7 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
     assert meta["model_build_info"] == build_info and meta["config"]["study"] == "e2e"
     assert "cell(s) have no successful request" in (results / "summary.md").read_text()
     snakemake(tmp_path, "--report", str(results / "report.html"))
+    assert "Start with" in (results / "report.html").read_text()  # the landing page text
     snakemake(tmp_path, "--report", str(results / "report.zip"))
     for report in ("report.html", "report.zip"):
         checked = check_report(results / report, timeout=60)
