@@ -255,12 +255,23 @@ def _model_card(state: ServerState) -> dict:
 
 
 async def _one_token(gen: Generator) -> bool:
-    """A real one-token greedy generation through the engine, bounded in time."""
-    req = PreparedRequest(input_ids=[0], params=SamplingParams(temperature=0.0, max_new_tokens=1, ignore_eos=True))
+    """SGLang's health check: send a one-token greedy request; the engine is healthy once it emits anything.
 
+    A busy engine may hold the probe in its queue, but its other requests' tokens prove it alive (SGLang's
+    `last_receive_tstamp > tic`), so a full server still answers 200. The probe is aborted either way.
+    """
+    req = PreparedRequest(input_ids=[0], params=SamplingParams(temperature=0.0, max_new_tokens=1, ignore_eos=True))
+    tic = time.monotonic()
+    probe = asyncio.create_task(gen.final([req]))
     try:
-        results = await asyncio.wait_for(gen.final([req]), HEALTH_CHECK_TIMEOUT_S)
-    except TimeoutError:
-        log.error("health check: no token within %.0f s", HEALTH_CHECK_TIMEOUT_S)
+        while time.monotonic() < tic + HEALTH_CHECK_TIMEOUT_S:
+            done, _ = await asyncio.wait({probe}, timeout=0.1)
+            if done:
+                results = probe.result()
+                return bool(results) and results[0]["meta_info"]["completion_tokens"] == 1
+            if gen.last_event_time > tic:
+                return True
+        log.error("health check: no engine output within %.0f s", HEALTH_CHECK_TIMEOUT_S)
         return False
-    return bool(results) and results[0]["meta_info"]["completion_tokens"] == 1
+    finally:
+        probe.cancel()

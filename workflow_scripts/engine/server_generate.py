@@ -65,6 +65,7 @@ class Generator:
         self.decode = decode
         self.speculating = speculating
         self._in_flight: set[str] = set()
+        self.last_event_time = 0.0  # time.monotonic() of the latest engine event for any request
 
     def _submit(self, req: PreparedRequest) -> asyncio.Queue[TokenEvent]:
         if req.rid in self._in_flight:
@@ -72,9 +73,13 @@ class Generator:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
 
-        def sink(event: TokenEvent) -> None:
+        def deliver(event: TokenEvent) -> None:  # runs on the event loop
+            self.last_event_time = time.monotonic()
+            queue.put_nowait(event)
+
+        def sink(event: TokenEvent) -> None:  # runs on the engine thread
             try:
-                loop.call_soon_threadsafe(queue.put_nowait, event)
+                loop.call_soon_threadsafe(deliver, event)
             except RuntimeError:  # loop already closed: the server is shutting down
                 pass
 

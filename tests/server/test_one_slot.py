@@ -1,4 +1,5 @@
-"""A client that goes away frees its slot: with one slot, the next request runs at once, not after 2000 tokens."""
+"""With one slot: a client that goes away frees it (the next request runs at once, not after 2000 tokens),
+and a health check still answers while the slot is busy."""
 
 from __future__ import annotations
 
@@ -57,3 +58,17 @@ def test_non_stream_disconnect_frees_the_slot(one_slot_server):
     assert _generated(one_slot_server) - before < 2000 + 4
     stats = one_slot_server.get("/server_info").json()["internal_states"][0]
     assert stats["num_running"] == 0 and stats["num_waiting"] == 0
+
+
+def test_health_generate_answers_while_the_only_slot_is_busy(one_slot_server):
+    sock = _open_request(one_slot_server.url, {"input_ids": [7, 8, 9], "sampling_params": LONG})
+    try:
+        time.sleep(0.2)
+        started = time.monotonic()
+        assert one_slot_server.get("/health_generate").status_code == 200
+        health_s = time.monotonic() - started
+        busy = one_slot_server.get("/server_info").json()["internal_states"][0]
+    finally:
+        sock.close()
+    assert busy["num_running"] == 1, busy  # the long request was still running: health did not wait for it
+    assert health_s < 5
