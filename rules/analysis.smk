@@ -76,6 +76,8 @@ rule study_metadata:
     input:
         # the model's build_info.json exists only for the embedded engine's self-built pair
         model=[f"{RESULTS}/models/target"] if ENGINE == "embedded" else [],
+        # refreshed with every analysis, so the recorded commit and packages are those that made the tables
+        summary=f"{RESULTS}/tables/summary.csv",
     output:
         **rule_items.metadata_outputs(RESULTS),
     log:
