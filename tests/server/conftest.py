@@ -1,4 +1,4 @@
-"""Real servers on 127.0.0.1 over tiny random models, started once per module and always stopped."""
+"""Real servers on 127.0.0.1 over tiny random models, each started once per session and always stopped."""
 
 from __future__ import annotations
 
@@ -54,9 +54,9 @@ class Server:
         return [line[len("data: ") :] for line in lines]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Server]]:
-    """Factory: start_server(model_path, *flags) -> Server; every server started is stopped at module end."""
+    """Factory: start_server(model_path, *flags) -> Server; every server started is stopped at session end."""
     started: list[ServerProcess] = []
     log_dir = tmp_path_factory.mktemp("server_logs")
 
@@ -79,7 +79,7 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
         proc.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def plain_server(start_server, tiny_models) -> Server:
     """No speculation, a short context so that over-long prompts are cheap to send."""
     return start_server(tiny_models["target"], "--context-length", "256", "--max-running-requests", "8")
