@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.server.conftest import REPO_ROOT
 from workflow_scripts.engine.server_args import parse_server_args
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _launch(*flags: str) -> subprocess.CompletedProcess:
