@@ -7,7 +7,8 @@ dies on `None[0]`, and had it not, the `,block_shape=[...]` part of the tuned fi
 and the server would never find the file. We recognise the shape from the syntax tree (not from a
 version string), add the two lost fields back inside the unwrap, and leave everything else alone.
 
-CLI: python -m workflow_scripts.moe.patch_tuner --checkout DIR --out DIR --report FILE.json
+CLI: python -m workflow_scripts.moe.patch_tuner --checkout DIR --model DIR --tp-size T --out DIR --report FILE.json
+(the model's MoE shapes are read here too, so a model without MoE fields is refused before any GPU work)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from workflow_scripts.moe.atomic import write_json_atomic
+from workflow_scripts.moe.model_shapes import read_moe_shape
 
 TUNER_SUBDIR = Path("benchmark/kernels/fused_moe_triton")
 TUNER_SCRIPT = "tuning_fused_moe_triton.py"
@@ -207,10 +209,15 @@ def main(argv: list[str] | None = None) -> None:
     """CLI entry point of the patch rule."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkout", type=Path, required=True, help="SGLang source checkout (config sglang.checkout)")
+    parser.add_argument("--model", type=Path, required=True, help="the model to tune (dir or config.json)")
+    parser.add_argument("--tp-size", type=int, default=1)
+    parser.add_argument("--ep-size", type=int, default=1)
     parser.add_argument("--out", type=Path, required=True, help="where the patched tuner dir goes")
     parser.add_argument("--report", type=Path, required=True, help="JSON record of what was found and done")
     args = parser.parse_args(argv)
+    shape = read_moe_shape(args.model, args.tp_size, args.ep_size)
     record = prepare_tuner(args.checkout, args.out)
+    record["shape"] = shape.to_dict()
     write_json_atomic(args.report, record)
     print(f"tuner at {record['tuner_dir']}: {record['status']}" + (f", kept {record['fixed_fields']}" if record["fixed_fields"] else ""))
 

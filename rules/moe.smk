@@ -1,0 +1,197 @@
+# Fused-MoE kernel tuning, install, roofline verdict and end-to-end A/B.
+# Needs from common.smk: config (validated), RESULTS, ENGINE, LOGS, target_model().
+# Code: workflow_scripts/moe/. Engine sglang: patch SGLang's tuner, tune shards on GPUs, merge, install.
+# Engine embedded: tune the embedded engine's kernel on this CPU, same shards, merge and install.
+from workflow_scripts.moe.ab import moe_pairs
+
+MOE = f"{RESULTS}/moe"
+MOE_CFG = config["moe"]
+MOE_BATCH_SIZES = sorted(set(MOE_CFG["batch_sizes"]))
+MOE_SHARDS = list(range(min(MOE_CFG["shards"], len(MOE_BATCH_SIZES))))
+MOE_PAIRS = moe_pairs(config["settings"])
+SGLANG = config["sglang"]
+
+if ENGINE == "sglang" and MOE_CFG["tune"] and not SGLANG["checkout"]:
+    raise WorkflowError(
+        "sglang.checkout: set it to an SGLang source checkout; its benchmark/kernels/fused_moe_triton/ tuner "
+        "is not in the wheel (or set moe.tune: false and every setting's moe_config: default)"
+    )
+
+
+def moe_outputs():
+    """What `rule all` needs from the MoE rules (common.smk's all_outputs adds these)."""
+    out = [f"{MOE}/roofline.svg"]
+    if MOE_CFG["tune"]:
+        out.append(f"{MOE}/installed.json")
+    if MOE_PAIRS:
+        out.append(f"{MOE}/ab_vs_roofline.svg")
+    return out
+
+
+def moe_model_input(wildcards):
+    """The embedded target is built by the DAG; an SGLang user's checkpoint is not tracked."""
+    return [target_model()] if ENGINE == "embedded" else []
+
+
+if ENGINE == "sglang":
+
+    rule moe_patch_tuner:
+        output:
+            tuner=directory(f"{MOE}/tuner"),
+            record=f"{MOE}/tuner_patch.json",
+        log:
+            f"{LOGS}/moe/patch_tuner.log",
+        conda:
+            "../envs/moe.yaml"
+        params:
+            checkout=SGLANG["checkout"],
+            model=target_model(),
+            tp=SGLANG["tp_size"],
+        shell:
+            "python -m workflow_scripts.moe.patch_tuner --checkout {params.checkout:q} --model {params.model:q}"
+            " --tp-size {params.tp} --out {output.tuner:q} --report {output.record:q} > {log} 2>&1"
+
+
+if MOE_CFG["tune"]:
+
+    rule moe_tune_shard:
+        input:
+            model=moe_model_input,
+            tuner=[f"{MOE}/tuner_patch.json"] if ENGINE == "sglang" else [],
+        output:
+            f"{MOE}/shards/{{shard}}.json",
+        log:
+            f"{LOGS}/moe/tune_shard_{{shard}}.log",
+        wildcard_constraints:
+            shard=r"\d+",
+        conda:
+            "../envs/moe.yaml"
+        # CPU: a shard owns the machine, so its timings are not another job's noise; GPU: one GPU slot each
+        threads: workflow.cores if ENGINE == "embedded" else 1
+        resources:
+            gpu=1 if ENGINE == "sglang" else 0,
+            runtime=600 if ENGINE == "sglang" else 60,
+        params:
+            engine=ENGINE,
+            model=target_model(),
+            shards=len(MOE_SHARDS),
+            batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
+            search=MOE_CFG["search"],
+            seed=MOE_CFG["seed"],
+            gpu_args=(
+                f"--python {SGLANG['python']} --tuner-dir {MOE}/tuner --tp-size {SGLANG['tp_size']}"
+                f" --gpus {MOE_CFG['gpus']} --lock-dir {MOE}/gpu_locks"
+                if ENGINE == "sglang"
+                else ""
+            ),
+        shell:
+            "python -m workflow_scripts.moe.tune_shard --engine {params.engine} --model {params.model:q}"
+            " --shard {wildcards.shard} --shards {params.shards} --batch-sizes {params.batch_sizes}"
+            " --search {params.search} --seed {params.seed} --threads {threads} {params.gpu_args}"
+            " --out {output:q} > {log} 2>&1"
+
+    rule moe_merge:
+        input:
+            expand(f"{MOE}/shards/{{shard}}.json", shard=MOE_SHARDS),
+        output:
+            f"{MOE}/merged.json",
+        log:
+            f"{LOGS}/moe/merge.log",
+        conda:
+            "../envs/moe.yaml"
+        params:
+            batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
+        shell:
+            "python -m workflow_scripts.moe.merge --shards {input:q} --batch-sizes {params.batch_sizes}"
+            " --out {output:q} > {log} 2>&1"
+
+    rule moe_install:
+        input:
+            f"{MOE}/merged.json",
+        output:
+            installed=f"{MOE}/installed.json",
+            configs=directory(f"{MOE}/configs"),
+        log:
+            f"{LOGS}/moe/install.log",
+        conda:
+            "../envs/moe.yaml"
+        params:
+            moe_dir=MOE,
+            expect=(
+                f"--expect-device {MOE_CFG['device']['name']}"
+                if MOE_CFG["device"]["name"]
+                else ""
+            ),
+        shell:
+            "python -m workflow_scripts.moe.install --merged {input:q} --moe-dir {params.moe_dir:q}"
+            " {params.expect} --out {output.installed:q} > {log} 2>&1"
+
+
+def roofline_device_args(wildcards, input):
+    dev = MOE_CFG["device"]
+    args = []
+    if dev["name"]:
+        args += ["--device-name", dev["name"]]
+    elif input.merged:
+        args += ["--device-from", input.merged[0]]
+    if dev["peak_tflops"]:
+        args += ["--peak-tflops", str(dev["peak_tflops"])]
+    if dev["mem_bw_gbs"]:
+        args += ["--mem-bw-gbs", str(dev["mem_bw_gbs"])]
+    return " ".join(args)
+
+
+rule moe_roofline:
+    input:
+        model=moe_model_input,
+        # on GPUs the device is the one the configs were tuned on, unless moe.device.name says otherwise
+        merged=[f"{MOE}/merged.json"] if ENGINE == "sglang" and MOE_CFG["tune"] else [],
+    output:
+        csv=f"{MOE}/roofline.csv",
+        svg=report(
+            f"{MOE}/roofline.svg",
+            caption="../report/moe_roofline.rst",
+            category="5 MoE kernel",
+            labels={"item": "Roofline verdict", "format": "SVG"},
+        ),
+    log:
+        f"{LOGS}/moe/roofline.log",
+    conda:
+        "../envs/moe.yaml"
+    # the CPU peak and bandwidth are measured: keep other jobs off the machine meanwhile
+    threads: workflow.cores if ENGINE == "embedded" else 1
+    params:
+        engine=ENGINE,
+        model=target_model(),
+        tp=SGLANG["tp_size"] if ENGINE == "sglang" else 1,
+        batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
+        device=roofline_device_args,
+    shell:
+        "python -m workflow_scripts.moe.roofline --engine {params.engine} --model {params.model:q}"
+        " --tp-size {params.tp} --batch-sizes {params.batch_sizes} {params.device} --threads {threads}"
+        " --out {output.csv:q} --plot {output.svg:q} > {log} 2>&1"
+
+
+if MOE_PAIRS:
+
+    rule moe_ab:
+        input:
+            summary=f"{RESULTS}/tables/summary.csv",
+            roofline=f"{MOE}/roofline.csv",
+        output:
+            csv=f"{MOE}/ab_vs_roofline.csv",
+            svg=report(
+                f"{MOE}/ab_vs_roofline.svg",
+                caption="../report/moe_ab.rst",
+                category="5 MoE kernel",
+                labels={"item": "MoE A/B vs roofline", "format": "SVG"},
+            ),
+        log:
+            f"{LOGS}/moe/ab.log",
+        conda:
+            "../envs/moe.yaml"
+        params:
+            pairs=" ".join(f"--pair {t}:{d}:{k}" for t, d, k in MOE_PAIRS),
+        shell:
+            "python -m workflow_scripts.moe.ab --summary {input.summary:q} --roofline {input.roofline:q}"
+            " {params.pairs} --out {output.csv:q} --plot {output.svg:q} > {log} 2>&1"

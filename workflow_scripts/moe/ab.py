@@ -1,0 +1,133 @@
+"""The measured end-to-end effect of the tuned MoE config, beside the roofline's prediction of it.
+
+For each pair of settings that differ only in `moe_config` (tuned vs default), and each workload and
+concurrency, the ratio of aggregate tok/s medians with a conservative interval from the two settings'
+own CIs (low = tuned low / default high, high = tuned high / default low). The forward that decodes at
+concurrency C carries C·(draft tokens per step) tokens, which fixes the batch size whose roofline
+verdict is the prediction; the verdict "agrees" when a memory-bound prediction sees no measurable
+difference (interval spans 1) or a compute-bound one sees a win.
+
+CLI: python -m workflow_scripts.moe.ab --summary tables/summary.csv --roofline moe/roofline.csv
+     --pair baseline:baseline_moe_default:1 ... --out moe/ab_vs_roofline.csv --plot moe/ab_vs_roofline.svg
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pandas as pd
+
+from workflow_scripts.moe.atomic import write_text_atomic
+from workflow_scripts.moe.model_shapes import MoeShape
+from workflow_scripts.moe.roofline import Device, roofline_row
+
+_NEEDED = ("source", "setting", "workload", "concurrency", "aggregate_tok_s_median", "aggregate_tok_s_ci_low",
+           "aggregate_tok_s_ci_high")
+
+
+def moe_pairs(settings: dict[str, dict]) -> list[tuple[str, str, int]]:
+    """(tuned, default, tokens per sequence per forward) for settings equal but for moe_config."""
+    def rest(s: dict) -> dict:
+        return {k: v for k, v in s.items() if k != "moe_config"}
+
+    pairs = []
+    for tuned, ts in settings.items():
+        if ts.get("moe_config") != "tuned":
+            continue
+        for default, ds in settings.items():
+            if ds.get("moe_config", "default") == "default" and rest(ds) == rest(ts):
+                tokens = ts.get("speculative_num_draft_tokens") or 1
+                pairs.append((tuned, default, int(tokens)))
+    return pairs
+
+
+def _shape_and_device(roofline: pd.DataFrame) -> tuple[MoeShape, Device]:
+    """Rebuild the roofline's shape and device from its first row (one shape and device per study)."""
+    row = roofline.iloc[0]
+    dtype = row.weight_dtype
+    float_dtype = dtype in ("float32", "float16", "bfloat16")
+    shape = MoeShape(architecture="", num_experts=int(row.E), shard_n=int(row.N), hidden_size=int(row.hidden_size),
+                     top_k=int(row.top_k), act_dtype=dtype if float_dtype else "bfloat16",
+                     kernel_dtype=None if float_dtype else dtype, block_shape=None, num_layers=0)
+    return shape, Device(row.device, float(row.peak_tflops), float(row.mem_bw_gbs), row.device_source)
+
+
+def ab_table(summary: pd.DataFrame, roofline: pd.DataFrame, pairs: list[tuple[str, str, int]]) -> pd.DataFrame:
+    """One row per pair x workload x concurrency with both measurements, their ratio and the prediction."""
+    missing = [c for c in _NEEDED if c not in summary.columns]
+    if missing:
+        raise ValueError(f"summary.csv: missing column(s) {missing}")
+    measured = summary[summary["source"] == "measured"]
+    shape, device = _shape_and_device(roofline)
+    rows = []
+    for tuned, default, tokens in pairs:
+        t = measured[measured.setting == tuned].set_index(["workload", "concurrency"])
+        d = measured[measured.setting == default].set_index(["workload", "concurrency"])
+        for key in sorted(set(t.index) & set(d.index)):
+            tr, dr = t.loc[key], d.loc[key]
+            ratio = tr.aggregate_tok_s_median / dr.aggregate_tok_s_median
+            low = tr.aggregate_tok_s_ci_low / dr.aggregate_tok_s_ci_high
+            high = tr.aggregate_tok_s_ci_high / dr.aggregate_tok_s_ci_low
+            M = int(key[1]) * tokens
+            pred = roofline_row(shape, device, M)
+            no_difference = low <= 1 <= high
+            memory_bound = pred["verdict"].startswith("memory")
+            rows.append({
+                "tuned_setting": tuned, "default_setting": default, "workload": key[0], "concurrency": int(key[1]),
+                "tokens_per_forward": M,
+                "tuned_tok_s": tr.aggregate_tok_s_median, "default_tok_s": dr.aggregate_tok_s_median,
+                "ratio": ratio, "ratio_ci_low": low, "ratio_ci_high": high,
+                "measured": "no measurable difference" if no_difference else ("tuned faster" if low > 1 else "tuned slower"),
+                "intensity_flop_per_byte": pred["intensity_flop_per_byte"],
+                "ridge_flop_per_byte": pred["ridge_flop_per_byte"],
+                "predicted": pred["verdict"],
+                "agrees": bool(no_difference if memory_bound else low > 1),
+            })
+    if not rows:
+        raise ValueError(f"summary.csv has no measured rows for both settings of any pair {pairs}")
+    return pd.DataFrame(rows)
+
+
+def ab_chart(table: pd.DataFrame):
+    """Tuned/default ratio with its interval per concurrency, colored by the roofline's prediction."""
+    import altair as alt
+
+    base = alt.Chart(table).encode(x=alt.X("concurrency:O", title="concurrency"))
+    bars = base.mark_rule().encode(y=alt.Y("ratio_ci_low:Q", title="tuned / default aggregate tok/s"), y2="ratio_ci_high:Q")
+    points = base.mark_point(filled=True, size=60).encode(
+        y="ratio:Q", color=alt.Color("predicted:N", title="roofline predicts"),
+        tooltip=["workload", "concurrency", "tokens_per_forward", "ratio", "ratio_ci_low", "ratio_ci_high", "predicted"],
+    )
+    one = alt.Chart(pd.DataFrame({"y": [1.0]})).mark_rule(strokeDash=[4, 4], color="gray").encode(y="y:Q")
+    return alt.layer(bars, points, one, data=table).properties(width=220, height=220).facet(
+        column=alt.Column("workload:N"), row=alt.Row("tuned_setting:N", title=None)
+    ).properties(title="MoE A/B: tuned vs default kernel config, end to end")
+
+
+def main(argv: list[str] | None = None) -> None:
+    """CLI entry point of the A/B rule."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--summary", type=Path, required=True)
+    parser.add_argument("--roofline", type=Path, required=True)
+    parser.add_argument("--pair", action="append", required=True, help="TUNED:DEFAULT:TOKENS_PER_SEQUENCE")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--plot", type=Path, required=True)
+    args = parser.parse_args(argv)
+    pairs = []
+    for spec in args.pair:
+        parts = spec.split(":")
+        if len(parts) != 3 or not parts[2].isdigit():
+            parser.error(f"--pair {spec!r}: expected TUNED:DEFAULT:TOKENS")
+        pairs.append((parts[0], parts[1], int(parts[2])))
+    table = ab_table(pd.read_csv(args.summary), pd.read_csv(args.roofline), pairs)
+    write_text_atomic(args.out, table.to_csv(index=False))
+    import vl_convert as vlc
+
+    write_text_atomic(args.plot, vlc.vegalite_to_svg(ab_chart(table).to_json()))
+    print(table[["tuned_setting", "workload", "concurrency", "ratio", "ratio_ci_low", "ratio_ci_high", "measured",
+                 "predicted", "agrees"]].to_string(index=False))
+
+
+if __name__ == "__main__":
+    main()
