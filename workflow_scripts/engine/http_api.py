@@ -19,6 +19,7 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from workflow_scripts.engine.http_errors import RequestError, error_body, error_response
+from workflow_scripts.engine.http_openai import CompletionShaper
 from workflow_scripts.engine.http_schemas import ModelLimits, parse_json_object, prepare_completion, prepare_generate
 from workflow_scripts.engine.server_generate import Generator, PreparedRequest
 from workflow_scripts.engine.types import SamplingParams
@@ -62,7 +63,7 @@ async def _first_then_rest(
     except RequestError:
         raise
     except ValueError as err:  # the engine refused it; its messages start with the field name
-        raise engine_refusal(err) from None
+        raise _engine_refusal(err) from None
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -80,7 +81,7 @@ async def _first_then_rest(
     return StreamingResponse(body(), media_type="text/event-stream")
 
 
-def engine_refusal(err: ValueError) -> RequestError:
+def _engine_refusal(err: ValueError) -> RequestError:
     field, sep, message = str(err).partition(": ")
     return RequestError(field, message) if sep else RequestError("body", str(err))
 
@@ -91,19 +92,11 @@ async def _final(gen: Generator, reqs: list[PreparedRequest], request: Request) 
     except RequestError:
         raise
     except ValueError as err:
-        raise engine_refusal(err) from None
-
-
-def _openai_finish(meta: dict) -> tuple[str | None, int | str | None]:
-    reason = meta["finish_reason"]
-    if reason is None:
-        return None, None
-    return reason["type"], reason.get("matched")
+        raise _engine_refusal(err) from None
 
 
 def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="specstudy embedded engine (SGLang API)", version=SERVER_VERSION)
-    app.state.server = state
     gen = state.generator
 
     @app.exception_handler(RequestError)
@@ -130,64 +123,19 @@ def create_app(state: ServerState) -> FastAPI:
     @app.post("/v1/completions")
     async def completions(request: Request) -> Response:
         reqs, body = prepare_completion(await _json_body(request), state.limits)
-        created = int(time.time())
-
-        def chunk(rid: str, choices: list[dict], usage: dict | None = None) -> dict:
-            out = {"id": rid, "object": "text_completion", "created": created, "model": body.model, "choices": choices}
-            if usage is not None:
-                out["usage"] = usage
-            return out
-
+        shaper = CompletionShaper(body.model)
         if not body.stream:
             results = await _final(gen, reqs, request)
             if results is None:
                 return Response(status_code=499)
-            choices = []
-            for i, result in enumerate(results):
-                reason, matched = _openai_finish(result["meta_info"])
-                choices.append(
-                    {
-                        "index": i,
-                        "text": result["text"],
-                        "logprobs": None,
-                        "finish_reason": reason,
-                        "matched_stop": matched,
-                    }
-                )
-            prompt_tokens = sum(r["meta_info"]["prompt_tokens"] for r in results)
-            completion_tokens = sum(r["meta_info"]["completion_tokens"] for r in results)
-            usage = _usage(prompt_tokens, completion_tokens)
-            return JSONResponse(chunk(results[0]["meta_info"]["id"], choices, usage))
-
-        sent_chars: dict[int, int] = {}
-        counts: dict[int, tuple[int, int]] = {}
-        last_id = [reqs[0].rid]
-
-        def render(output: dict) -> list[bytes]:
-            index = output.get("index", 0)
-            meta = output["meta_info"]
-            offset = sent_chars.get(index, 0)
-            sent_chars[index] = len(output["text"])
-            counts[index] = (meta["prompt_tokens"], meta["completion_tokens"])
-            last_id[0] = meta["id"]
-            reason, matched = _openai_finish(meta)
-            choice = {
-                "index": index,
-                "text": output["text"][offset:],
-                "logprobs": None,
-                "finish_reason": reason,
-                "matched_stop": matched,
-            }
-            return [sse(chunk(meta["id"], [choice]))]
+            return JSONResponse(shaper.response(results))
 
         def tail() -> list[bytes]:
-            options = body.stream_options
-            if options is None or not options.include_usage:
-                return []
-            usage = _usage(sum(p for p, _ in counts.values()), sum(c for _, c in counts.values()))
-            return [sse(chunk(last_id[0], [], usage))]
+            include_usage = body.stream_options is not None and body.stream_options.include_usage
+            return [sse(shaper.usage_chunk())] if include_usage else []
 
-        return await _first_then_rest(gen.merged_outputs(reqs, request.is_disconnected), render, tail)
+        outputs = gen.merged_outputs(reqs, request.is_disconnected)
+        return await _first_then_rest(outputs, lambda out: [sse(shaper.chunk(out))], tail)
 
     @app.get("/v1/models")
     async def models() -> dict:
@@ -233,14 +181,6 @@ def create_app(state: ServerState) -> FastAPI:
         return Response(content="Cache flushed.\n", status_code=200)
 
     return app
-
-
-def _usage(prompt_tokens: int, completion_tokens: int) -> dict:
-    return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
-    }
 
 
 def _model_card(state: ServerState) -> dict:
