@@ -256,13 +256,11 @@ def _as_batch(value: Any, n: int, field: str) -> list:
     return [value] * n
 
 
-def _prompts(texts: list[str] | None, ids: list[list[int]] | None, field: str, limits: ModelLimits) -> list[list[int]]:
-    if texts is not None:
-        for i, text in enumerate(texts):
-            if not text:
-                raise RequestError(field if len(texts) == 1 else f"{field}.{i}", "is empty")
-        return [limits.encode(t) for t in texts]
-    return ids
+def _encode(texts: list[str], field: str, is_batch: bool, limits: ModelLimits) -> list[list[int]]:
+    for i, text in enumerate(texts):
+        if not text:
+            raise RequestError(f"{field}.{i}" if is_batch else field, "is empty")
+    return [limits.encode(t) for t in texts]
 
 
 def prepare_generate(body: dict, limits: ModelLimits) -> tuple[list[PreparedRequest], bool, bool]:
@@ -281,7 +279,7 @@ def prepare_generate(body: dict, limits: ModelLimits) -> tuple[list[PreparedRequ
     if req.text is not None:
         is_batch = isinstance(req.text, list)
         prompt_field = "text"
-        prompts = _prompts(req.text if is_batch else [req.text], None, "text", limits)
+        prompts = _encode(req.text if is_batch else [req.text], "text", is_batch, limits)
     else:
         is_batch = bool(req.input_ids) and isinstance(req.input_ids[0], list)
         prompt_field = "input_ids"
@@ -314,9 +312,9 @@ def prepare_completion(body: dict, limits: ModelLimits) -> tuple[list[PreparedRe
     sp = _sampling(raw_sp, "", back)
     prompt = req.prompt
     if isinstance(prompt, str):
-        prompts, is_batch = _prompts([prompt], None, "prompt", limits), False
+        prompts, is_batch = _encode([prompt], "prompt", False, limits), False
     elif prompt and isinstance(prompt[0], str):
-        prompts, is_batch = _prompts(prompt, None, "prompt", limits), True
+        prompts, is_batch = _encode(prompt, "prompt", True, limits), True
     elif prompt and isinstance(prompt[0], list):
         prompts, is_batch = prompt, True
     else:
