@@ -24,11 +24,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 import transformers
 from tokenizers import Tokenizer
 
-from workflow_scripts.models import architecture, corpus, evaluate, presets, tokenizer, training
+from workflow_scripts.models import architecture, corpus, distill, evaluate, presets, tokenizer, training
 from workflow_scripts.models.presets import BuildSettings
 
 
@@ -144,7 +143,8 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
     val_windows = training.sequential_windows(val_stream, s.seq_len, s.eval_tokens)
     log(f"corpus: {len(data.train_files)} train / {len(data.val_files)} val files, {len(data.train_docs)} / "
         f"{len(data.val_docs)} docs, {len(train_stream)} / {len(val_stream)} tokens")
-    common = dict(warmup_steps=s.warmup_steps, weight_decay=s.weight_decay, dtype=s.train_dtype)
+    common = dict(warmup_steps=s.warmup_steps, weight_decay=s.weight_decay, dtype=s.train_dtype,
+                  tokens_per_step=s.batch_size * s.seq_len)
 
     # 1. dense model: the quality of the whole pair comes from here
     dense = architecture.new_model(architecture.dense_config(s), seed)
@@ -158,26 +158,22 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
         target, training.random_windows(train_stream, s.batch_size, s.seq_len, seed + 1),
         lambda b: target(input_ids=b, labels=b, output_router_logits=True).loss,
         steps=s.moe_steps, lr=s.moe_lr, desc="moe fine-tune", **common)
-    for p in target.parameters():
-        p.requires_grad_(False)
+    target.requires_grad_(False)
 
-    # 3. draft: warm start from the dense model, then distil on the target's next-token distribution
+    # 3. draft: warm start from the dense model, then distil on the target's labels of a fixed window set
     draft = architecture.new_model(architecture.draft_config(s), seed + 2)
     architecture.warm_start_draft(draft, dense)
-
-    def distill_loss(batch: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():
-            teacher = F.log_softmax(target(input_ids=batch).logits.float(), dim=-1)
-        student = F.log_softmax(draft(input_ids=batch).logits.float(), dim=-1)
-        return F.kl_div(student.flatten(0, 1), teacher.flatten(0, 1), log_target=True, reduction="batchmean")
-
+    n_windows = s.distill_tokens // s.seq_len
+    distill_windows = next(training.random_windows(train_stream, n_windows, s.seq_len, seed + 2))
+    labels = distill.label_windows(target, distill_windows, s.distill_top_k, s.train_dtype, s.batch_size)
     draft_stats = training.train(
-        draft, training.random_windows(train_stream, s.batch_size, s.seq_len, seed + 2), distill_loss,
+        draft, training.shuffled_batches(n_windows, s.batch_size, seed + 2),
+        lambda idx: distill.distill_loss(draft, labels, idx),
         steps=s.draft_steps, lr=s.draft_lr, desc="draft distil", **common)
 
     # 4. held-out quality, in fp32 on the weights as saved
     log("evaluating on held-out text")
-    target_logits = evaluate.logits_of(target, val_windows)
+    target_logits, routing = evaluate.target_pass(target, val_windows)
     draft_logits = evaluate.logits_of(draft, val_windows)
     quality = {
         "eval_tokens": val_windows.numel(),
@@ -187,7 +183,6 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
             evaluate.next_token_loss(evaluate.logits_of(dense, val_windows), val_windows), 4),
         "draft_target_top1_agreement": round(evaluate.top1_agreement(draft_logits, target_logits), 4),
     }
-    routing = evaluate.routing_spread(target, val_windows)
     log(f"quality: {quality}; routing: {routing['distinct_experts_per_3_tokens_mean']} distinct experts "
         f"per 3 tokens (uniform {routing['distinct_experts_per_3_tokens_if_uniform_random']})")
 
@@ -223,7 +218,7 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
         "draft_target_top1_agreement": quality["draft_target_top1_agreement"],
         "quality": quality,
         "training": {"dense": dataclasses.asdict(dense_stats), "moe_finetune": dataclasses.asdict(moe_stats),
-                     "draft_distill": dataclasses.asdict(draft_stats)},
+                     "draft_distill": {**dataclasses.asdict(draft_stats), "teacher_labelled_tokens": labels.windows.numel()}},
     }
     wall = round(time.perf_counter() - start, 1)
     target_info = {
@@ -239,7 +234,9 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
         **common_info, "role": "draft", "model": _shape(draft), "parameters": _param_counts(draft),
         "validation_loss": quality["draft_val_loss"],
         "tokens_seen": draft_stats.tokens_seen, "train_wall_s": round(draft_stats.wall_s, 1),
-        "distillation": "warm start from the dense model's embeddings/first layer/LM head, then KL(target || draft)",
+        "distillation": "warm start from the dense model's embeddings/first layers/LM head, then cross-entropy "
+                        "against the target's renormalised top-k (distill_top_k) distribution on distill_tokens "
+                        "training tokens labelled once, for draft_steps steps",
         "build_wall_s": wall,
     }
     heldout = "".join(json.dumps({"text": d}) + "\n" for d in data.val_docs)

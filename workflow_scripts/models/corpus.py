@@ -2,7 +2,7 @@
 
 Why one definition per document: the realistic workload needs a model that stops by itself (natural EOS)
 within a few hundred tokens, so each document is a single top-level function or class (decorators
-included), later followed by EOS. Train/validation are split by FILE with a salted hash, so held-out
+included), or a method of a class too big to fit, later followed by EOS. Train/validation are split by FILE with a salted hash, so held-out
 text is never seen in training, and the split does not depend on the model seed (the benchmark client
 can call `heldout_documents()` without knowing how the pair was built).
 """

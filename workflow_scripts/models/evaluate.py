@@ -28,33 +28,35 @@ def top1_agreement(draft_logits: torch.Tensor, target_logits: torch.Tensor) -> f
 
 
 @torch.no_grad()
-def routing_spread(target: torch.nn.Module, windows: torch.Tensor, batch_size: int = 16) -> dict:
-    """How many distinct experts 3 consecutive tokens touch, per layer, against the bounds.
+def target_pass(target: torch.nn.Module, windows: torch.Tensor, batch_size: int = 16) -> tuple[torch.Tensor, dict]:
+    """The MoE target's fp32 logits, and how many distinct experts 3 consecutive tokens touch per layer.
 
-    Why: a degenerate router (the same experts for every token) makes batch-1 verification look cheap;
-    the study needs routing close to the random-spread figure for honest speedups (MEASURED.md, "trap").
+    Why the routing figure: a degenerate router (the same experts for every token) makes batch-1
+    verification look cheap; the study needs routing near the random-spread figure for honest speedups
+    (MEASURED.md, "trap"). One pass gives both, since the MoE forward is the expensive one.
     """
+    target.eval()
     cfg = target.config
     k, n_exp = cfg.num_experts_per_tok, cfg.num_experts
     per_layer = torch.zeros(cfg.num_hidden_layers)
     usage = torch.zeros(cfg.num_hidden_layers, n_exp)
-    n_windows = 0
+    all_logits = []
     for i in range(0, len(windows), batch_size):
         batch = windows[i : i + batch_size]
-        router_logits = target(input_ids=batch, output_router_logits=True).router_logits
-        for layer, logits in enumerate(router_logits):
-            chosen = logits.topk(k, dim=-1).indices.view(*batch.shape, k)  # [b, t, k]
+        out = target(input_ids=batch, output_router_logits=True)
+        all_logits.append(out.logits.float())
+        for layer, router_logits in enumerate(out.router_logits):
+            chosen = router_logits.topk(k, dim=-1).indices.view(*batch.shape, k)  # [b, t, k]
             hits = F.one_hot(chosen, n_exp).amax(dim=2)  # [b, t, E]: expert used by token
             usage[layer] += hits.sum(dim=(0, 1)).float()
-            triples = hits[:, :-2] | hits[:, 1:-1] | hits[:, 2:]
-            per_layer[layer] += triples.sum(-1).float().sum()
-        n_windows += batch.shape[0] * (batch.shape[1] - 2)
-    per_layer /= n_windows
+            per_layer[layer] += (hits[:, :-2] | hits[:, 1:-1] | hits[:, 2:]).sum().float()
+    per_layer /= len(windows) * (windows.shape[1] - 2)
     share = usage / usage.sum(-1, keepdim=True)
-    return {
+    routing = {
         "distinct_experts_per_3_tokens_mean": round(per_layer.mean().item(), 3),
         "distinct_experts_per_3_tokens_by_layer": [round(v, 3) for v in per_layer.tolist()],
         "distinct_experts_per_3_tokens_if_uniform_random": round(n_exp * (1 - (1 - k / n_exp) ** 3), 3),
         "distinct_experts_per_3_tokens_if_degenerate": k,
         "max_expert_load_share_by_layer": [round(v, 4) for v in share.max(-1).values.tolist()],
     }
+    return torch.cat(all_logits), routing

@@ -47,12 +47,14 @@ class BuildSettings:
     expert_noise: float  # relative std of the per-expert perturbation at upcycling
     router_init_std: float
     router_aux_loss_coef: float
+    distill_tokens: int  # tokens the target labels once for the draft's distillation
+    distill_top_k: int  # teacher probabilities kept per position
     draft_steps: int
     draft_lr: float
     warmup_steps: int
     weight_decay: float
     train_dtype: str  # "bfloat16" (autocast; ~2x faster on CPUs with AVX512-BF16) or "float32"
-    num_threads: int  # fixed: the thread count changes float reduction order
+    num_threads: int  # fixed: the thread count changes float reduction order (1: robust on a shared CPU)
     eval_tokens: int  # held-out tokens used for val loss, agreement and routing statistics
 
 
@@ -63,10 +65,10 @@ PRESETS: dict[str, BuildSettings] = {
         max_position_embeddings=2048,
         target_layers=4, num_experts=16, num_experts_per_tok=4,
         draft_layers=1, draft_intermediate_size=512,
-        seq_len=256, batch_size=16, dense_steps=700, dense_lr=2e-3,
-        moe_steps=30, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
-        draft_steps=250, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
-        train_dtype="bfloat16", num_threads=2, eval_tokens=65536,
+        seq_len=256, batch_size=16, dense_steps=320, dense_lr=2e-3,
+        moe_steps=8, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
+        distill_tokens=196608, distill_top_k=16, draft_steps=150, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
+        train_dtype="bfloat16", num_threads=1, eval_tokens=32768,
     ),
     "smoke": BuildSettings(
         max_files=60, vocab_size=512,
@@ -76,8 +78,8 @@ PRESETS: dict[str, BuildSettings] = {
         draft_layers=1, draft_intermediate_size=128,
         seq_len=128, batch_size=8, dense_steps=60, dense_lr=3e-3,
         moe_steps=5, moe_lr=1e-3, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
-        draft_steps=30, draft_lr=3e-3, warmup_steps=5, weight_decay=0.1,
-        train_dtype="bfloat16", num_threads=2, eval_tokens=4096,
+        distill_tokens=8192, distill_top_k=16, draft_steps=30, draft_lr=3e-3, warmup_steps=5, weight_decay=0.1,
+        train_dtype="bfloat16", num_threads=1, eval_tokens=4096,
     ),
 }
 
@@ -127,10 +129,14 @@ def check(s: BuildSettings) -> None:
     if s.train_dtype not in _TRAIN_DTYPES:
         problems.append(f"train_dtype={s.train_dtype!r} (choose {_TRAIN_DTYPES})")
     positive = ["vocab_size", "hidden_size", "head_dim", "intermediate_size", "target_layers", "seq_len",
-                "batch_size", "dense_steps", "draft_steps", "num_threads", "eval_tokens"]
+                "batch_size", "dense_steps", "draft_steps", "num_threads", "eval_tokens", "distill_top_k"]
     problems += [f"{k}={getattr(s, k)} (must be > 0)" for k in positive if getattr(s, k) <= 0]
     problems += [f"{k}={getattr(s, k)} (must be >= 0)" for k in ("moe_steps", "warmup_steps", "expert_noise")
                  if getattr(s, k) < 0]
+    if s.distill_tokens < s.batch_size * s.seq_len:
+        problems.append(f"distill_tokens={s.distill_tokens} < one batch (batch_size * seq_len)")
+    if s.distill_top_k > s.vocab_size:
+        problems.append(f"distill_top_k={s.distill_top_k} > vocab_size={s.vocab_size}")
     if s.seq_len > s.max_position_embeddings:
         problems.append(f"seq_len={s.seq_len} > max_position_embeddings={s.max_position_embeddings}")
     if problems:

@@ -38,6 +38,15 @@ def random_windows(stream: torch.Tensor, batch_size: int, seq_len: int, seed: in
         yield stream[starts[:, None] + offsets_range]
 
 
+def shuffled_batches(n_items: int, batch_size: int, seed: int) -> Iterator[torch.Tensor]:
+    """Endless batches of item indices: every item once per epoch, in a new seeded order each epoch."""
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        order = torch.randperm(n_items, generator=gen)
+        for i in range(0, n_items - batch_size + 1, batch_size):
+            yield order[i : i + batch_size]
+
+
 def sequential_windows(stream: torch.Tensor, seq_len: int, max_tokens: int) -> torch.Tensor:
     """Non-overlapping [n, seq_len] windows from the start of `stream`, at most `max_tokens` tokens."""
     n = min(len(stream), max_tokens) // seq_len
@@ -69,6 +78,7 @@ def train(
     loss_fn: Callable[[torch.Tensor], torch.Tensor],
     *,
     steps: int,
+    tokens_per_step: int,
     lr: float,
     warmup_steps: int,
     weight_decay: float,
@@ -98,7 +108,7 @@ def train(
             opt.step()
             sched.step()
             opt.zero_grad(set_to_none=True)
-            tokens += batch.numel()
+            tokens += tokens_per_step
             loss_value = loss.item()
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"{desc}: loss became {loss_value} at step {bar.n}; lower the lr")
