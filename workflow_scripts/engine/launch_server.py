@@ -91,6 +91,12 @@ def build_state(args: ServerArgs):
     return engine, state
 
 
+def _local_address(host: str) -> str:
+    """Where this machine reaches a server bound to `host` (a wildcard bind is reached on loopback)."""
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"[{host}]" if ":" in host else host
+
+
 async def _warm_up(base_url: str) -> None:
     timeout = aiohttp.ClientTimeout(total=WARMUP_TIMEOUT_S)
     async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -122,9 +128,8 @@ async def _serve(args: ServerArgs, state) -> int:
         except SystemExit as exc:
             return int(exc.code or 1)
         return 1
-    local_host = "127.0.0.1" if args.host in ("0.0.0.0", "") else args.host
     try:
-        await _warm_up(f"http://{local_host}:{args.port}")
+        await _warm_up(f"http://{_local_address(args.host)}:{args.port}")
     except Exception as err:
         log.error("warm-up failed, shutting down: %s", err)
         server.should_exit = True
