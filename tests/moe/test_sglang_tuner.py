@@ -61,3 +61,17 @@ def test_gpu_slots_are_exclusive(tmp_path):
         with pytest.raises(TimeoutError, match="no free GPU slot among 1"):
             with gpu_slot(tmp_path, gpus=1, preferred=0, timeout_s=0.5):
                 pass
+
+
+def test_halving_on_a_tuner_without_search_space_file_is_refused_before_gpu_work(tmp_path):
+    from workflow_scripts.moe import tune_shard
+
+    tuner = tmp_path / "tuner"
+    prepare_tuner(CHECKOUTS / "buggy", tuner)
+    script = tuner / "tuning_fused_moe_triton.py"
+    script.write_text(script.read_text().replace('parser.add_argument("--search-space-file", type=str)\n', ""))
+    with pytest.raises(SystemExit, match="halving needs the tuner's --search-space-file"):
+        tune_shard.main(["--engine", "sglang", "--model", str(QWEN35), "--shard", "0", "--shards", "1",
+                         "--batch-sizes", "1", "--search", "halving", "--tuner-dir", str(tuner),
+                         "--lock-dir", str(tmp_path / "locks"), "--out", str(tmp_path / "0.json")])
+    assert not (tmp_path / "0.json").exists() and not (tmp_path / "locks").exists()

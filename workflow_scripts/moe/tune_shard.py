@@ -54,10 +54,15 @@ def tune_embedded(model: Path, batch_sizes: list[int], search: str, seed: int, t
 
 def tune_sglang(args: argparse.Namespace, batch_sizes: list[int]) -> dict:
     """The GPU shard record: SGLang's tuner per batch size on a GPU slot of our own."""
+    from workflow_scripts.moe.patch_tuner import TUNER_SCRIPT, tuner_flags
     from workflow_scripts.moe.sglang_tuner import gpu_slot, tune_shard_sglang
 
-    if not (args.tuner_dir / "tuning_fused_moe_triton.py").is_file():
-        raise FileNotFoundError(f"--tuner-dir {args.tuner_dir}: no tuning_fused_moe_triton.py (run the patch rule first)")
+    script = args.tuner_dir / TUNER_SCRIPT
+    if not script.is_file():
+        raise FileNotFoundError(f"--tuner-dir {args.tuner_dir}: no {TUNER_SCRIPT} (run the patch rule first)")
+    if args.search == "halving" and "--search-space-file" not in tuner_flags(script):
+        raise SystemExit(f"moe.search: halving needs the tuner's --search-space-file, which {script} lacks "
+                         "(older SGLang); set moe.search: exhaustive")
     shape = read_moe_shape(args.model, args.tp_size, args.ep_size)
     with gpu_slot(args.lock_dir, args.gpus, args.shard % args.gpus, args.timeout_s) as gpu:
         record = tune_shard_sglang(
