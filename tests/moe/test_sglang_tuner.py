@@ -69,7 +69,7 @@ def test_halving_on_a_tuner_without_search_space_file_is_refused_before_gpu_work
     tuner = tmp_path / "tuner"
     prepare_tuner(CHECKOUTS / "buggy", tuner)
     script = tuner / "tuning_fused_moe_triton.py"
-    script.write_text(script.read_text().replace('parser.add_argument("--search-space-file", type=str)\n', ""))
+    script.write_text(script.read_text().replace('    parser.add_argument("--search-space-file", type=str)\n', ""))
     with pytest.raises(SystemExit, match="halving needs the tuner's --search-space-file"):
         tune_shard.main(["--engine", "sglang", "--model", str(QWEN35), "--shard", "0", "--shards", "1",
                          "--batch-sizes", "1", "--search", "halving", "--tuner-dir", str(tuner),
