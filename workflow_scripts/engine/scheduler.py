@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
