@@ -188,3 +188,21 @@ def test_config_errors_name_the_flag_or_path(target_dir, tmp_path):
     with pytest.raises(EngineConfigError, match="vocab_size") as info:
         Engine(target_dir, spec("STANDALONE", 2, small_vocab), 2, 0)
     assert str(small_vocab) in str(info.value)
+
+
+def test_a_failing_sink_does_not_stop_the_others(target_dir, engine_factory):
+    engine = engine_factory(target_dir, None, 2, 0)
+    col = Collector()
+
+    def broken(ev):
+        raise RuntimeError("client went away badly")
+
+    params = SamplingParams(temperature=0.0, max_new_tokens=5, ignore_eos=True)
+    engine.submit("broken", prompts(1)[0], params, broken)
+    engine.submit("fine", prompts(2)[1], params, col.sink)
+    col.wait(["fine"])
+    assert len(col.tokens["fine"]) == 5
+    deadline = time.monotonic() + 10  # the broken request still runs to its end and frees its slot
+    while engine.stats()["num_finished"] < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert engine.stats()["num_finished"] == 2

@@ -236,8 +236,9 @@ class Engine:
                         self._step()
                 except Exception as e:  # keep serving: fail the batch in flight, not the server
                     logger.exception("engine step failed; aborting %d running requests", len(self._running))
-                    for seq in list(self._running):
-                        self._finish(seq, [], {"type": "abort", "message": f"engine error: {e}"})
+                    for seq in self._running:
+                        if not seq.finished:
+                            self._finish(seq, [], {"type": "abort", "message": f"engine error: {e}"})
                     self._compact()
 
     def _admit(self) -> tuple[list[Sequence], list[Sequence]]:
