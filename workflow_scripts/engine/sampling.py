@@ -56,6 +56,13 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
 
 
+def choose_tokens(logits: torch.Tensor, params: RowParams, generator: torch.Generator) -> torch.Tensor:
+    """Next token per row of logits [N, V]; an all-greedy batch skips softmax and the RNG (the common T=0 case)."""
+    if bool((params.temperature <= 0).all()):
+        return logits.argmax(-1)
+    return sample(sampling_probs(logits, params), generator)
+
+
 def speculative_accept(
     target_probs: torch.Tensor,
     draft_tokens: torch.Tensor,

@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from workflow_scripts.engine.model import DecoderModel
-from workflow_scripts.engine.sampling import RowParams, sample, sampling_probs, speculative_accept
+from workflow_scripts.engine.sampling import RowParams, choose_tokens, sampling_probs, speculative_accept
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, StandaloneDrafter, pad_rows
 from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
 
@@ -347,7 +347,7 @@ class Engine:
         logits = self.target.logits(hidden[torch.arange(len(seqs)), lens - 1])
         if self.drafter is not None:
             self.drafter.prefill(seqs, offset)
-        first = sample(sampling_probs(logits, self._row_params(seqs)), self._generator).tolist()
+        first = choose_tokens(logits, self._row_params(seqs), self._generator).tolist()
         for seq, tok in zip(seqs, first):
             self._commit(seq, [tok])
         self._compact()
@@ -359,7 +359,7 @@ class Engine:
             last = torch.tensor([[s.tokens[-1]] for s in seqs])
             start = torch.tensor([s.cache_len for s in seqs])
             logits = self.target.logits(self.target.forward(last, start, self.cache)[:, 0])
-            for seq, tok in zip(seqs, sample(sampling_probs(logits, params), self._generator).tolist()):
+            for seq, tok in zip(seqs, choose_tokens(logits, params, self._generator).tolist()):
                 self._commit(seq, [tok])
         else:
             self._spec_step(seqs, params)
