@@ -17,6 +17,13 @@ if ENGINE == "sglang" and MOE_CFG["tune"] and not SGLANG["checkout"]:
         "is not in the wheel (or set moe.tune: false and every setting's moe_config: default)"
     )
 
+if ENGINE == "sglang" and not MOE_CFG["tune"] and not MOE_CFG["device"]["name"]:
+    if not (MOE_CFG["device"]["peak_tflops"] and MOE_CFG["device"]["mem_bw_gbs"]):
+        raise WorkflowError(
+            "moe.device.name: the roofline needs the GPU's name (or moe.device.peak_tflops and mem_bw_gbs) "
+            "when moe.tune is false on engine sglang"
+        )
+
 
 def moe_outputs():
     """What `rule all` needs from the MoE rules (common.smk's all_outputs adds these)."""
@@ -43,6 +50,11 @@ if ENGINE == "sglang":
             f"{LOGS}/moe/patch_tuner.log",
         conda:
             "../envs/moe.yaml"
+        threads: 1
+        resources:
+            mem_mb=1000,
+            runtime=10,
+            gpu=0,
         params:
             checkout=SGLANG["checkout"],
             model=target_model(),
@@ -67,9 +79,10 @@ if MOE_CFG["tune"]:
         conda:
             "../envs/moe.yaml"
         # CPU: a shard owns the machine, so its timings are not another job's noise; GPU: one GPU slot each
-        threads: workflow.cores if ENGINE == "embedded" else 1
+        threads: node_cores() if ENGINE == "embedded" else 1
         resources:
-            gpu=1 if ENGINE == "sglang" else 0,
+            mem_mb=8000,
+            gpu=TUNE_SHARD_GPUS,
             runtime=600 if ENGINE == "sglang" else 60,
         params:
             engine=ENGINE,
@@ -99,6 +112,11 @@ if MOE_CFG["tune"]:
             f"{LOGS}/moe/merge.log",
         conda:
             "../envs/moe.yaml"
+        threads: 1
+        resources:
+            mem_mb=1000,
+            runtime=10,
+            gpu=0,
         params:
             batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
         shell:
@@ -115,6 +133,11 @@ if MOE_CFG["tune"]:
             f"{LOGS}/moe/install.log",
         conda:
             "../envs/moe.yaml"
+        threads: 1
+        resources:
+            mem_mb=1000,
+            runtime=10,
+            gpu=0,
         params:
             moe_dir=MOE,
             expect=(
@@ -159,7 +182,11 @@ rule moe_roofline:
     conda:
         "../envs/moe.yaml"
     # the CPU peak and bandwidth are measured: keep other jobs off the machine meanwhile
-    threads: workflow.cores if ENGINE == "embedded" else 1
+    threads: node_cores() if ENGINE == "embedded" else 1
+    resources:
+        mem_mb=4000,
+        runtime=30,
+        gpu=0,
     params:
         engine=ENGINE,
         model=target_model(),
@@ -190,6 +217,11 @@ if MOE_PAIRS:
             f"{LOGS}/moe/ab.log",
         conda:
             "../envs/moe.yaml"
+        threads: 1
+        resources:
+            mem_mb=1000,
+            runtime=10,
+            gpu=0,
         params:
             pairs=" ".join(f"--pair {t}:{d}:{k}" for t, d, k in MOE_PAIRS),
         shell:
