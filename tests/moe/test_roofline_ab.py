@@ -98,6 +98,9 @@ def test_ab_table_ratio_interval_and_agreement(qwen35, tmp_path):
     assert (first.ratio_ci_low, first.ratio_ci_high) == pytest.approx((95 / 104, 105 / 96))
     assert first.measured == "no measurable difference" and first.predicted == MEMORY_BOUND and first.agrees
     assert second.measured == "tuned faster" and not second.agrees  # memory-bound predicted, a win measured
+    fast_memory = resolve_device("sglang", qwen35, "made-up GPU", 1.0, 4000.0)  # ridge 0.25: all compute-bound
+    compute = ab_table(summary, roofline_table(qwen35, fast_memory, [1]), [("baseline", "baseline_moe_default", 1)])
+    assert (compute.predicted == COMPUTE_BOUND).all() and compute.agrees.all()  # "can help": equal or faster
     summary.to_csv(tmp_path / "summary.csv", index=False)
     roofline.to_csv(tmp_path / "roofline.csv", index=False)
     ab_main(["--summary", str(tmp_path / "summary.csv"), "--roofline", str(tmp_path / "roofline.csv"),

@@ -4,8 +4,9 @@ For each pair of settings that differ only in `moe_config` (tuned vs default), a
 concurrency, the ratio of aggregate tok/s medians with a conservative interval from the two settings'
 own CIs (low = tuned low / default high, high = tuned high / default low). The forward that decodes at
 concurrency C carries C·(draft tokens per step) tokens, which fixes the batch size whose roofline
-verdict is the prediction; the verdict "agrees" when a memory-bound prediction sees no measurable
-difference (interval spans 1) or a compute-bound one sees a win.
+verdict is the prediction. "agrees": a memory-bound prediction sees no measurable difference (the
+interval spans 1); a compute-bound one only says tuning *can* help (the default may already be the
+best config), so it agrees unless the tuned config measured slower, which no prediction allows.
 
 CLI: python -m workflow_scripts.moe.ab --summary tables/summary.csv --roofline moe/roofline.csv
      --pair baseline:baseline_moe_default:1 ... --out moe/ab_vs_roofline.csv --plot moe/ab_vs_roofline.svg
@@ -82,7 +83,7 @@ def ab_table(summary: pd.DataFrame, roofline: pd.DataFrame, pairs: list[tuple[st
                 "intensity_flop_per_byte": pred["intensity_flop_per_byte"],
                 "ridge_flop_per_byte": pred["ridge_flop_per_byte"],
                 "predicted": pred["verdict"],
-                "agrees": bool(no_difference if memory_bound else low > 1),
+                "agrees": bool(no_difference if memory_bound else high >= 1),
             })
     if not rows:
         raise ValueError(f"summary.csv has no measured rows for both settings of any pair {pairs}")
