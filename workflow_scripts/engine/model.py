@@ -110,15 +110,12 @@ def load_config(model_dir: Path) -> ModelConfig:
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """Qwen3 RMSNorm (statistics in fp32, as transformers computes them)."""
+    """Qwen3 RMSNorm; statistics in fp32 as transformers computes them (one fused op in fp32)."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
     return weight * xf.to(x.dtype)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
 
 
 @dataclass
@@ -225,7 +222,10 @@ class DecoderModel:
             n = max(need, 2 * self._rope_len, 256)
             freqs = torch.outer(torch.arange(n, dtype=torch.float32), self._inv_freq)
             emb = torch.cat((freqs, freqs), dim=-1)
-            self._cos, self._sin, self._rope_len = emb.cos().to(self.dtype), emb.sin().to(self.dtype), n
+            # rotate_half(x) * sin == roll(x, D/2) * [-sin | sin]: one op fewer per use
+            half = self.cfg.head_dim // 2
+            signed_sin = torch.cat((-emb.sin()[:, :half], emb.sin()[:, half:]), dim=-1)
+            self._cos, self._sin, self._rope_len = emb.cos().to(self.dtype), signed_sin.to(self.dtype), n
         return self._cos[positions], self._sin[positions]
 
     @torch.inference_mode()
@@ -245,20 +245,27 @@ class DecoderModel:
             raise ValueError(f"position {kv_len - 1} exceeds KV cache capacity {cache.capacity}")
         cos, sin = self._rope(positions)
         cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
-        mask = torch.arange(kv_len)[None, None, None, :] <= positions[:, None, :, None]  # [B, 1, T, L]
-        rows = torch.arange(slot_offset, slot_offset + B)[:, None].expand(B, T)
+        # a single sequence decoding one token sees its whole cache: no mask needed
+        mask = None if B == T == 1 else torch.arange(kv_len)[None, None, None, :] <= positions[:, None, :, None]
+        rows = torch.arange(slot_offset, slot_offset + B)[:, None].expand(B, T) if B > 1 else None
+        start0 = int(start[0]) if rows is None else 0
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+        half = hd // 2
         h = F.embedding(tokens, self.embed)
         for li, layer in enumerate(self.layers):
             x = rms_norm(h, layer.input_norm, cfg.rms_norm_eps)
             q, k, v = F.linear(x, layer.w_qkv).split((nh * hd, nkv * hd, nkv * hd), dim=-1)
             q = rms_norm(q.view(B, T, nh, hd), layer.q_norm, cfg.rms_norm_eps).transpose(1, 2)
             k = rms_norm(k.view(B, T, nkv, hd), layer.k_norm, cfg.rms_norm_eps).transpose(1, 2)
-            q = q * cos + _rotate_half(q) * sin
-            k = k * cos + _rotate_half(k) * sin
+            q = q * cos + q.roll(half, -1) * sin
+            k = k * cos + k.roll(half, -1) * sin
             kc, vc = cache.k[li], cache.v[li]
-            kc[rows, :, positions] = k.transpose(1, 2)
-            vc[rows, :, positions] = v.view(B, T, nkv, hd)
+            if rows is None:  # one row: a plain slice copy beats advanced-index writes
+                kc[slot_offset, :, start0 : start0 + T] = k[0]
+                vc[slot_offset, :, start0 : start0 + T] = v.view(T, nkv, hd).transpose(0, 1)
+            else:
+                kc[rows, :, positions] = k.transpose(1, 2)
+                vc[rows, :, positions] = v.view(B, T, nkv, hd)
             keys = kc[slot_offset : slot_offset + B, :, :kv_len]
             values = vc[slot_offset : slot_offset + B, :, :kv_len]
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=nh != nkv)
