@@ -61,6 +61,14 @@ def _conc_axis(title: str = "concurrency") -> alt.X:
     return alt.X("concurrency:Q", scale=LOG2, title=title, axis=alt.Axis(values=[1, 2, 4, 8, 16, 32, 64, 128]))
 
 
+CONC_COLOR = alt.Color("conc:N", title="concurrency", sort=None)
+
+
+def _grouped_by_concurrency() -> alt.Chart:
+    """x = setting, one slot per concurrency; colour is set per layer so black ticks stay black."""
+    return alt.Chart().encode(x=alt.X("setting:N"), xOffset=alt.XOffset("conc:N", sort=None))
+
+
 def throughput_chart(summary: pd.DataFrame) -> alt.Chart:
     """Median tok/s (with CI) against concurrency per setting; rows: per-request/aggregate, columns: workload."""
     frames = []
@@ -115,13 +123,12 @@ def acceptance_chart(summary: pd.DataFrame) -> alt.Chart:
     """Token-weighted acceptance length (bars) and the request mean (ticks) per setting × concurrency."""
     data = summary.dropna(subset=["accept_length_mean"]).copy()
     data["conc"] = data["concurrency"].astype(str)
-    base = alt.Chart().encode(x=alt.X("setting:N"), xOffset=alt.XOffset("conc:N", sort=None),
-                              color=alt.Color("conc:N", title="concurrency", sort=None))
+    base = _grouped_by_concurrency()
     tooltip = ["source:N", "setting:N", "concurrency:Q", alt.Tooltip("accept_length_token_weighted:Q", format=".2f"),
                alt.Tooltip("accept_length_mean:Q", format=".2f")]
     bars = base.mark_bar(opacity=0.8).encode(
         y=alt.Y("accept_length_token_weighted:Q", title="acceptance length (tokens per verify step)"),
-        tooltip=tooltip)
+        color=CONC_COLOR, tooltip=tooltip)
     ticks = base.mark_tick(color="black", thickness=2).encode(y="accept_length_mean:Q", tooltip=tooltip)
     return (alt.layer(bars, ticks, data=data).properties(**PANEL).facet(column=alt.Column("workload:N"))
             .properties(title="Acceptance length: bars token-weighted, ticks request mean"))
@@ -131,11 +138,11 @@ def latency_chart(quantiles: pd.DataFrame) -> alt.Chart:
     """Box plots from precomputed quantiles: whiskers p5–p95, box p25–p75, black tick at the median."""
     data = quantiles.copy()
     data["conc"] = data["concurrency"].astype(str)
-    base = alt.Chart().encode(x=alt.X("setting:N"), xOffset=alt.XOffset("conc:N", sort=None),
-                              color=alt.Color("conc:N", title="concurrency", sort=None))
+    base = _grouped_by_concurrency()
     tooltip = ["setting:N", "concurrency:Q", "n:Q", *[alt.Tooltip(f"p{q}:Q", format=".1f") for q in (5, 25, 50, 75, 95)]]
-    whisker = base.mark_rule().encode(y=alt.Y("p5:Q", scale=alt.Scale(type="log"), title="ms"), y2="p95:Q")
-    box = base.mark_bar(size=8).encode(y="p25:Q", y2="p75:Q", tooltip=tooltip)
+    whisker = base.mark_rule().encode(y=alt.Y("p5:Q", scale=alt.Scale(type="log"), title="ms"), y2="p95:Q",
+                                      color=CONC_COLOR)
+    box = base.mark_bar(size=8).encode(y="p25:Q", y2="p75:Q", color=CONC_COLOR, tooltip=tooltip)
     median = base.mark_tick(color="black", size=10).encode(y="p50:Q", tooltip=tooltip)
     return (alt.layer(whisker, box, median, data=data).properties(**PANEL)
             .facet(row=alt.Row("metric:N", title=None), column=alt.Column("workload:N"))

@@ -29,7 +29,6 @@ from workflow_scripts.analysis.summarize import (MEASURED, improvement_values, l
                                                  summarize_external, summarize_measured)
 
 
-
 def load_externals(cfg: StudyConfig) -> pd.DataFrame:
     frames = [load_external(ext["path"], ext["label"], known_settings=cfg.settings) for ext in cfg.external]
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
