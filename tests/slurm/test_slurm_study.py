@@ -1,0 +1,195 @@
+"""The smoke study through `--executor slurm` on a real one-node Slurm cluster (tests/slurm/conftest.py).
+
+One module-scoped study, shaped like a user's day: a run where one setting's server cannot start (a bad flag), which
+fails with a clear message while the other settings finish; then the flag is fixed and the rerun redoes only that
+setting's benchmark and the analysis. The results are compared with a local run of the same config.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from tests.slurm.site_profile import write_site_profile
+from tests.workflow.snakemake_run import REPO, snakemake
+from workflow_scripts.client.plan import cell_sizes
+from workflow_scripts.scaleout.local_slurm import LocalSlurm
+
+SMOKE = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+BAD_FLAG = "--no-such-flag"
+
+
+def study_config(broken: bool) -> dict:
+    """The smoke study cut to what a Slurm round trip needs to show: 3 settings, 1 workload, 2 concurrency levels,
+    1 repeat, the engine's default MoE config. `steps2` carries a flag its server refuses when `broken`."""
+    config = copy.deepcopy(SMOKE)
+    settings = {name: dict(config["settings"][name], moe_config="default") for name in ("baseline", "steps1", "steps2")}
+    settings["steps2"]["extra_args"] = [BAD_FLAG] if broken else []
+    config["settings"] = settings
+    config["workloads"] = {"synthetic": config["workloads"]["synthetic"]}
+    config["benchmark"] = dict(config["benchmark"], repeats=1)
+    config["moe"] = dict(config["moe"], tune=False)
+    return config
+
+
+@dataclass
+class SlurmStudy:
+    workdir: Path
+    failed: subprocess.CompletedProcess
+    requests_after_failure: list[str]
+    fixed: subprocess.CompletedProcess
+    local: Path
+
+
+def submitted(proc: subprocess.CompletedProcess) -> list[str]:
+    """Slurm job ids that Snakemake reported as submitted, in order."""
+    return re.findall(r"has been submitted with SLURM jobid (\d+)", proc.stdout + proc.stderr)
+
+
+def job_comments(cluster: LocalSlurm, job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """{job id: (comment, state)}; the plugin's comment is rule_<rule>[_wildcards_<values>]. squeue keeps finished
+    jobs for MinJobAge=300 s, long enough for this module."""
+    out = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-o", "%i|%k|%T", "-j", ",".join(job_ids)],
+        env=cluster.env(), capture_output=True, text=True, timeout=30, check=True,
+    ).stdout
+    rows = [line.split("|") for line in out.strip().splitlines()]
+    return {job: (comment.strip(), state) for job, comment, state in rows}
+
+
+def results(workdir: Path) -> Path:
+    return workdir / "results" / SMOKE["study"]
+
+
+@pytest.fixture(scope="module")
+def slurm_study(slurm_cluster: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> SlurmStudy:
+    workdir = tmp_path_factory.mktemp("slurm-study")
+    profile = str(write_site_profile(workdir / "profile"))
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("PATH", "SLURM_CONF"):
+            mp.setenv(key, slurm_cluster.env()[key])
+        failed = snakemake(workdir, study_config(broken=True), "--workflow-profile", profile, check=False, timeout=360)
+        requests_after_failure = sorted(p.stem for p in (results(workdir) / "requests").glob("*.parquet"))
+        fixed = snakemake(workdir, study_config(broken=False), "--workflow-profile", profile, timeout=300)
+    # the same config on this machine, reusing the built model pair so that only the measurements are redone
+    local = tmp_path_factory.mktemp("local-study")
+    (results(local)).mkdir(parents=True)
+    shutil.copytree(results(workdir) / "models", results(local) / "models")
+    snakemake(local, study_config(broken=False), "--cores", "2", timeout=300)
+    return SlurmStudy(workdir, failed, requests_after_failure, fixed, local)
+
+
+def test_jobs_went_through_slurm(slurm_study, slurm_cluster):
+    jobs = submitted(slurm_study.failed) + submitted(slurm_study.fixed)
+    comments = job_comments(slurm_cluster, jobs)
+    assert set(comments) == set(jobs), "Snakemake reported jobs that Slurm does not know"
+    rules = {comment for comment, _ in comments.values()}
+    assert {
+        "rule_build_models",
+        "rule_benchmark_wildcards_baseline",
+        "rule_benchmark_wildcards_steps1",
+        "rule_benchmark_wildcards_steps2",
+        "rule_analysis_tables",
+        "rule_analysis_plots",
+        "rule_analysis_summary",
+        "rule_study_metadata",
+    } <= rules
+    # a log per job under the plugin's log dir names the Slurm job id
+    assert f"slurm_logs/rule_build_models/{jobs[0]}.log" in slurm_study.failed.stdout + slurm_study.failed.stderr
+
+
+def test_benchmarks_keep_a_node_to_themselves(slurm_study, slurm_cluster):
+    jobs = submitted(slurm_study.failed) + submitted(slurm_study.fixed)
+    for job, (comment, _) in job_comments(slurm_cluster, jobs).items():
+        shown = subprocess.run(
+            ["scontrol", "show", "job", job], env=slurm_cluster.env(), capture_output=True, text=True, check=True
+        ).stdout
+        exclusive = "OverSubscribe=NO" in shown
+        assert exclusive == comment.startswith("rule_benchmark"), (comment, shown)
+
+
+def test_failed_job_fails_the_run_with_a_clear_message(slurm_study, slurm_cluster):
+    proc = slurm_study.failed
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "Error in rule benchmark" in out and "setting=steps2" in out
+    failed_jobs = [job for job, (comment, state) in job_comments(slurm_cluster, submitted(proc)).items()
+                   if state == "FAILED"]
+    # the profile retries once: both attempts are Slurm jobs of steps2, and the message names the Slurm job
+    assert [job_comments(slurm_cluster, [job])[job][0] for job in failed_jobs] == ["rule_benchmark_wildcards_steps2"] * 2
+    assert f"SLURM-job '{failed_jobs[-1]}' failed" in out
+    # --show-failed-logs: the server's refusal is in the run's own output
+    assert BAD_FLAG in out
+    # --keep-going: the other settings were measured in the same run
+    assert slurm_study.requests_after_failure == ["baseline", "steps1"]
+
+
+def test_rerun_redoes_only_the_failed_job(slurm_study, slurm_cluster):
+    rules = sorted(comment for comment, _ in job_comments(slurm_cluster, submitted(slurm_study.fixed)).values())
+    assert rules == sorted([
+        "rule_benchmark_wildcards_steps2",
+        "rule_analysis_tables",
+        "rule_analysis_plots",
+        "rule_analysis_summary",
+        "rule_study_metadata",
+    ])
+
+
+def test_same_cells_as_a_local_run_and_no_lost_requests(slurm_study):
+    config = study_config(broken=False)
+    keys = ["setting", "workload", "concurrency", "repeat"]
+    frames = {}
+    for name, workdir in (("slurm", slurm_study.workdir), ("local", slurm_study.local)):
+        frames[name] = pd.concat(pd.read_parquet(p) for p in sorted((results(workdir) / "requests").glob("*.parquet")))
+    on_slurm, local = frames["slurm"], frames["local"]
+    assert list(on_slurm.columns) == list(local.columns)
+    cells = on_slurm.groupby(keys).size()
+    assert cells.to_dict() == local.groupby(keys).size().to_dict()
+    assert len(cells) == len(config["settings"]) * len(config["workloads"]) * len(config["benchmark"]["concurrency"])
+    for (setting, workload, concurrency, repeat), cell in on_slurm.groupby(keys):
+        warmup, measured = cell_sizes(config, concurrency)
+        assert len(cell) == warmup + measured, (setting, workload, concurrency, repeat)
+    assert on_slurm.error.isna().all(), on_slurm.error.dropna().head().tolist()
+    summaries = {name: pd.read_csv(results(w) / "tables" / "summary.csv") for name, w in
+                 (("slurm", slurm_study.workdir), ("local", slurm_study.local))}
+    assert list(summaries["slurm"].columns) == list(summaries["local"].columns)
+    rows = ["source", "setting", "workload", "concurrency"]
+    assert (summaries["slurm"][rows].sort_values(rows).values.tolist()
+            == summaries["local"][rows].sort_values(rows).values.tolist())
+
+
+def test_submission_error_from_slurm_reaches_the_user_verbatim(slurm_cluster, tmp_path):
+    profile = str(write_site_profile(tmp_path / "profile", partition="nosuchpartition"))
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("PATH", "SLURM_CONF"):
+            mp.setenv(key, slurm_cluster.env()[key])
+        proc = snakemake(tmp_path, study_config(broken=False), "--workflow-profile", profile, check=False, timeout=120)
+    assert proc.returncode != 0
+    assert "sbatch: error: invalid partition specified: nosuchpartition" in proc.stdout + proc.stderr
+
+
+def test_placeholder_partition_is_refused_before_submission(slurm_cluster, tmp_path):
+    def job_count() -> int:
+        out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], env=slurm_cluster.env(),
+                             capture_output=True, text=True, check=True).stdout
+        return len(out.split())
+
+    before = job_count()
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("PATH", "SLURM_CONF"):
+            mp.setenv(key, slurm_cluster.env()[key])
+        proc = snakemake(tmp_path, study_config(broken=False), "--workflow-profile", str(REPO / "profiles" / "slurm"),
+                         check=False, timeout=120)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "slurm_partition is '<your-partition>'" in out and "profiles/slurm/config.yaml" in out
+    assert "submitted with SLURM jobid" not in out
+    assert job_count() == before

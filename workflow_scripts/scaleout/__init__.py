@@ -1,0 +1,1 @@
+"""Scale-out: pre-submission checks for cluster profiles and a private one-node Slurm for tests."""
