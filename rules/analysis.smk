@@ -21,6 +21,11 @@ rule analysis_tables:
         f"{RESULTS}/logs/analysis/analysis_tables.log",
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+        gpu=0,
     params:
         cfg=rule_items.analysis_config_json(config),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary_csv),
@@ -40,6 +45,11 @@ rule analysis_plots:
         f"{RESULTS}/logs/analysis/analysis_plots.log",
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+        gpu=0,
     params:
         tables_dir=lambda wildcards, input: os.path.dirname(input.summary),
         out_dir=lambda wildcards, output: os.path.dirname(output.throughput_svg),
@@ -62,6 +72,11 @@ rule analysis_summary:
         f"{RESULTS}/logs/analysis/analysis_summary.log",
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+        gpu=0,
     params:
         cfg=rule_items.analysis_config_json(config),
         study=STUDY,
@@ -84,6 +99,11 @@ rule study_metadata:
         f"{RESULTS}/logs/analysis/study_metadata.log",
     conda:
         "../envs/analysis.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=15,
+        gpu=0,
     params:
         cfg=json.dumps(config, sort_keys=True, default=str),
         build_info=lambda wildcards, input: (

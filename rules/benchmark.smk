@@ -38,11 +38,12 @@ rule benchmark:
     wildcard_constraints:
         setting="|".join(SETTINGS),
     # a benchmark never shares the machine with another job: timings stay clean
-    threads: workflow.cores
+    threads: node_cores()
     resources:
         mem_mb=8000,
         runtime=120,
-        gpu=config["sglang"]["tp_size"] if ENGINE == "sglang" else 0,
+        # all GPUs of the setting's tensor-parallel size (rules/scaleout.smk); a cluster profile gives it a whole node
+        gpu=benchmark_gpus,
         benchmark_slot=1,
     conda:
         "../envs/engine.yaml"

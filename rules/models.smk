@@ -9,10 +9,11 @@ if ENGINE == "embedded":
             seed=config["model"]["seed"],
         log:
             f"{LOGS}/build_models.log",
-        threads: workflow.cores
+        threads: node_cores()
         resources:
             mem_mb=4000,
             runtime=30,
+            gpu=0,
         conda:
             "../envs/engine.yaml"
         shell:
