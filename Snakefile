@@ -13,6 +13,9 @@ if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
 
 
+report: "report/workflow.rst"
+
+
 include: "rules/common.smk"
 include: "rules/scaleout.smk"
 include: "rules/models.smk"
@@ -22,9 +25,9 @@ include: "rules/analysis.smk"
 
 
 rule all:
+    default_target: True
     input:
         all_outputs(),
-    default_target: True
 
 
 onsuccess:

@@ -8,7 +8,6 @@ from workflow_scripts.client.plan import plan_json, setting_workloads
 from workflow_scripts.config_errors import schema_error
 from workflow_scripts.launcher.command import SettingError, check_setting
 
-
 config_problem = schema_error(config, Path(workflow.basedir, "config", "schema.yaml"))
 if config_problem:
     raise WorkflowError(config_problem)
