@@ -63,7 +63,7 @@ def draft_model():
 
 
 def all_outputs():
-    return analysis_outputs()
+    return analysis_outputs() + moe_outputs()
 
 
 def print_article_tables():
