@@ -102,7 +102,7 @@ def test_rebuild_replaces_an_existing_output_dir(tmp_path):
     """A second build over the same dirs swaps the new ones in and leaves no temp or old dirs behind."""
     from workflow_scripts.models.build import build_pair
 
-    small = {"dense_steps": "2", "moe_steps": "1", "draft_steps": "2", "eval_tokens": "512", "max_files": "12"}
+    small = {"dense_steps": "2", "moe_steps": "1", "draft_steps": "2", "eval_tokens": "512", "max_files": "30"}
     target, draft = tmp_path / "target", tmp_path / "draft"
     target.mkdir()
     (target / "stale.txt").write_text("from an earlier build")

@@ -44,6 +44,18 @@ def _deterministic_torch(num_threads: int) -> Iterator[None]:
         torch.use_deterministic_algorithms(old_det)
 
 
+@contextlib.contextmanager
+def _timed(phases: dict[str, float], name: str) -> Iterator[None]:
+    """Record the wall time of one build phase into `phases` (reported in build_info.json)."""
+    start = time.perf_counter()
+    yield
+    phases[name] = round(time.perf_counter() - start, 1)
+
+
+def _log(message: str) -> None:
+    print(f"[models.build] {message}", file=sys.stderr, flush=True)
+
+
 def _param_counts(model: torch.nn.Module) -> dict[str, int]:
     """Total parameters, and those one token uses (for an MoE: top-k of the experts)."""
     total = sum(p.numel() for p in model.parameters())
@@ -131,17 +143,18 @@ def build_pair(preset: str, seed: int, target_out: Path, draft_out: Path,
 
 def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out: Path) -> None:
     start = time.perf_counter()
-    log = lambda msg: print(f"[models.build] {msg}", file=sys.stderr, flush=True)  # noqa: E731
+    phases: dict[str, float] = {}
 
-    data = corpus.build_corpus(s.max_files)
-    tok = tokenizer.train_tokenizer(data.train_docs, s.vocab_size)
-    eos = architecture.EOS_ID
-    if tok.token_to_id(tokenizer.EOS_TOKEN) != eos:
-        raise RuntimeError(f"tokenizer put {tokenizer.EOS_TOKEN} at id {tok.token_to_id(tokenizer.EOS_TOKEN)}, not {eos}")
-    train_stream = training.token_stream(tok, data.train_docs, eos, seed=seed)
-    val_stream = training.token_stream(tok, data.val_docs, eos)
-    val_windows = training.sequential_windows(val_stream, s.seq_len, s.eval_tokens)
-    log(f"corpus: {len(data.train_files)} train / {len(data.val_files)} val files, {len(data.train_docs)} / "
+    with _timed(phases, "corpus_and_tokenizer"):
+        data = corpus.build_corpus(s.max_files)
+        tok = tokenizer.train_tokenizer(data.train_docs, s.vocab_size)
+        eos = architecture.EOS_ID
+        if tok.token_to_id(tokenizer.EOS_TOKEN) != eos:
+            raise RuntimeError(f"tokenizer put {tokenizer.EOS_TOKEN} at id {tok.token_to_id(tokenizer.EOS_TOKEN)}")
+        train_stream = training.token_stream(tok, data.train_docs, eos, seed=seed)
+        val_stream = training.token_stream(tok, data.val_docs, eos)
+        val_windows = training.sequential_windows(val_stream, s.seq_len, s.eval_tokens)
+    _log(f"corpus: {len(data.train_files)} train / {len(data.val_files)} val files, {len(data.train_docs)} / "
         f"{len(data.val_docs)} docs, {len(train_stream)} / {len(val_stream)} tokens")
     common = dict(warmup_steps=s.warmup_steps, weight_decay=s.weight_decay, dtype=s.train_dtype,
                   tokens_per_step=s.batch_size * s.seq_len)
@@ -165,25 +178,27 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
     architecture.warm_start_draft(draft, dense)
     n_windows = s.distill_tokens // s.seq_len
     distill_windows = next(training.random_windows(train_stream, n_windows, s.seq_len, seed + 2))
-    labels = distill.label_windows(target, distill_windows, s.distill_top_k, s.train_dtype, s.batch_size)
+    with _timed(phases, "teacher_labels"):
+        labels = distill.label_windows(target, distill_windows, s.distill_top_k, s.train_dtype, s.batch_size)
     draft_stats = training.train(
         draft, training.shuffled_batches(n_windows, s.batch_size, seed + 2),
         lambda idx: distill.distill_loss(draft, labels, idx),
         steps=s.draft_steps, lr=s.draft_lr, desc="draft distil", **common)
 
     # 4. held-out quality, in fp32 on the weights as saved
-    log("evaluating on held-out text")
-    target_logits, routing = evaluate.target_pass(target, val_windows)
-    draft_logits = evaluate.logits_of(draft, val_windows)
-    quality = {
-        "eval_tokens": val_windows.numel(),
-        "target_val_loss": round(evaluate.next_token_loss(target_logits, val_windows), 4),
-        "draft_val_loss": round(evaluate.next_token_loss(draft_logits, val_windows), 4),
-        "dense_val_loss_before_upcycle": round(
-            evaluate.next_token_loss(evaluate.logits_of(dense, val_windows), val_windows), 4),
-        "draft_target_top1_agreement": round(evaluate.top1_agreement(draft_logits, target_logits), 4),
-    }
-    log(f"quality: {quality}; routing: {routing['distinct_experts_per_3_tokens_mean']} distinct experts "
+    _log("evaluating on held-out text")
+    with _timed(phases, "evaluate"):
+        target_logits, routing = evaluate.target_pass(target, val_windows)
+        draft_logits = evaluate.logits_of(draft, val_windows)
+        quality = {
+            "eval_tokens": val_windows.numel(),
+            "target_val_loss": round(evaluate.next_token_loss(target_logits, val_windows), 4),
+            "draft_val_loss": round(evaluate.next_token_loss(draft_logits, val_windows), 4),
+            "dense_val_loss_before_upcycle": round(
+                evaluate.next_token_loss(evaluate.logits_of(dense, val_windows), val_windows), 4),
+            "draft_target_top1_agreement": round(evaluate.top1_agreement(draft_logits, target_logits), 4),
+        }
+    _log(f"quality: {quality}; routing: {routing['distinct_experts_per_3_tokens_mean']} distinct experts "
         f"per 3 tokens (uniform {routing['distinct_experts_per_3_tokens_if_uniform_random']})")
 
     # 5. write both dirs; build_info is the record of how and how well
@@ -221,6 +236,9 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
                      "draft_distill": {**dataclasses.asdict(draft_stats), "teacher_labelled_tokens": labels.windows.numel()}},
     }
     wall = round(time.perf_counter() - start, 1)
+    common_info["phase_wall_s"] = {**phases, "dense": round(dense_stats.wall_s, 1),
+                                   "moe_finetune": round(moe_stats.wall_s, 1),
+                                   "draft_distill": round(draft_stats.wall_s, 1), "total_before_write": wall}
     target_info = {
         **common_info, "role": "target", "model": _shape(target), "parameters": _param_counts(target),
         "validation_loss": quality["target_val_loss"], "routing": routing,
@@ -242,7 +260,7 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
     heldout = "".join(json.dumps({"text": d}) + "\n" for d in data.val_docs)
     _write_model_dir(draft_out, draft, tok, draft_info, {})
     _write_model_dir(target_out, target, tok, target_info, {"heldout.jsonl": heldout})
-    log(f"wrote {target_out} and {draft_out} in {wall} s")
+    _log(f"wrote {target_out} and {draft_out} in {wall} s")
 
 
 class _OneLineParser(argparse.ArgumentParser):

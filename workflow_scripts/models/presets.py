@@ -66,9 +66,9 @@ PRESETS: dict[str, BuildSettings] = {
         target_layers=4, num_experts=16, num_experts_per_tok=4,
         draft_layers=1, draft_intermediate_size=512,
         seq_len=256, batch_size=16, dense_steps=320, dense_lr=2e-3,
-        moe_steps=8, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
+        moe_steps=6, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
         distill_tokens=196608, distill_top_k=16, draft_steps=150, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
-        train_dtype="bfloat16", num_threads=1, eval_tokens=32768,
+        train_dtype="bfloat16", num_threads=1, eval_tokens=24576,
     ),
     "smoke": BuildSettings(
         max_files=60, vocab_size=512,

@@ -22,7 +22,13 @@ def train_tokenizer(docs: list[str], vocab_size: int) -> Tokenizer:
     if vocab_size < 256 + len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must be >= {256 + len(SPECIAL_TOKENS)} (bytes + specials), got {vocab_size}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    # A newline is always its own token: a prompt that ends at a line break (a definition's head) then
+    # ends on a token the model saw inside every document, not on the lone "\n" that the plain
+    # byte-level split produces only at a document's end, right before EOS.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split("\n", behavior="isolated"),
+        pre_tokenizers.ByteLevel(add_prefix_space=False),
+    ])
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
