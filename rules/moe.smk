@@ -2,6 +2,9 @@
 # Needs from common.smk: config (validated), RESULTS, ENGINE, LOGS, target_model().
 # Code: workflow_scripts/moe/. Engine sglang: patch SGLang's tuner, tune shards on GPUs, merge, install.
 # Engine embedded: tune the embedded engine's kernel on this CPU, same shards, merge and install.
+import functools
+
+from workflow_scripts.moe import rule_items as moe_items
 from workflow_scripts.moe.ab import moe_pairs
 
 MOE = f"{RESULTS}/moe"
@@ -25,19 +28,10 @@ if ENGINE == "sglang" and not MOE_CFG["tune"] and not MOE_CFG["device"]["name"]:
         )
 
 
-def moe_outputs():
-    """What `rule all` needs from the MoE rules (common.smk's all_outputs adds these)."""
-    out = [f"{MOE}/roofline.svg"]
-    if MOE_CFG["tune"]:
-        out.append(f"{MOE}/installed.json")
-    if MOE_PAIRS:
-        out.append(f"{MOE}/ab_vs_roofline.svg")
-    return out
-
-
-def moe_model_input(wildcards):
-    """The embedded target is built by the DAG; an SGLang user's checkpoint is not tracked."""
-    return [target_model()] if ENGINE == "embedded" else []
+# `rule all` asks for these (common.smk's all_outputs)
+moe_outputs = functools.partial(moe_items.moe_outputs, MOE, MOE_CFG, bool(MOE_PAIRS))
+# the embedded target is built by the DAG; an SGLang user's checkpoint is not tracked
+MOE_MODEL_INPUT = [target_model()] if ENGINE == "embedded" else []
 
 
 if ENGINE == "sglang":
@@ -68,7 +62,7 @@ if MOE_CFG["tune"]:
 
     rule moe_tune_shard:
         input:
-            model=moe_model_input,
+            model=MOE_MODEL_INPUT,
             tuner=[f"{MOE}/tuner_patch.json"] if ENGINE == "sglang" else [],
         output:
             f"{MOE}/shards/{{shard}}.json",
@@ -91,12 +85,7 @@ if MOE_CFG["tune"]:
             batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
             search=MOE_CFG["search"],
             seed=MOE_CFG["seed"],
-            gpu_args=(
-                f"--python {SGLANG['python']} --tuner-dir {MOE}/tuner --tp-size {SGLANG['tp_size']}"
-                f" --gpus {MOE_CFG['gpus']} --lock-dir {MOE}/gpu_locks"
-                if ENGINE == "sglang"
-                else ""
-            ),
+            gpu_args=moe_items.shard_gpu_args(ENGINE, MOE, MOE_CFG, SGLANG),
         shell:
             "python -m workflow_scripts.moe.tune_shard --engine {params.engine} --model {params.model:q}"
             " --shard {wildcards.shard} --shards {params.shards} --batch-sizes {params.batch_sizes}"
@@ -139,34 +128,15 @@ if MOE_CFG["tune"]:
             runtime=10,
             gpu=0,
         params:
-            moe_dir=MOE,
-            expect=(
-                f"--expect-device {MOE_CFG['device']['name']}"
-                if MOE_CFG["device"]["name"]
-                else ""
-            ),
+            expect=moe_items.expect_device_arg(MOE_CFG["device"]),
         shell:
-            "python -m workflow_scripts.moe.install --merged {input:q} --moe-dir {params.moe_dir:q}"
+            "python -m workflow_scripts.moe.install --merged {input:q}"
             " {params.expect} --out {output.installed:q} > {log} 2>&1"
-
-
-def roofline_device_args(wildcards, input):
-    dev = MOE_CFG["device"]
-    args = []
-    if dev["name"]:
-        args += ["--device-name", dev["name"]]
-    elif input.merged:
-        args += ["--device-from", input.merged[0]]
-    if dev["peak_tflops"]:
-        args += ["--peak-tflops", str(dev["peak_tflops"])]
-    if dev["mem_bw_gbs"]:
-        args += ["--mem-bw-gbs", str(dev["mem_bw_gbs"])]
-    return " ".join(args)
 
 
 rule moe_roofline:
     input:
-        model=moe_model_input,
+        model=MOE_MODEL_INPUT,
         # on GPUs the device is the one the configs were tuned on, unless moe.device.name says otherwise
         merged=[f"{MOE}/merged.json"] if ENGINE == "sglang" and MOE_CFG["tune"] else [],
     output:
@@ -192,7 +162,9 @@ rule moe_roofline:
         model=target_model(),
         tp=SGLANG["tp_size"] if ENGINE == "sglang" else 1,
         batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
-        device=roofline_device_args,
+        device=lambda wildcards, input: moe_items.roofline_device_args(
+            MOE_CFG["device"], input.merged
+        ),
     shell:
         "python -m workflow_scripts.moe.roofline --engine {params.engine} --model {params.model:q}"
         " --tp-size {params.tp} --batch-sizes {params.batch_sizes} {params.device} --threads {threads}"

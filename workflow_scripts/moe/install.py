@@ -4,8 +4,8 @@ Layout: {moe_dir}/configs/{version_dir}/{file_name}, i.e. SGLANG_MOE_CONFIG_DIR=
 (SGLang: version_dir = triton_<version>; embedded engine: embedded_v1). installed.json tells the
 launcher what to pass and which file the server must report loading.
 
-CLI: python -m workflow_scripts.moe.install --merged merged.json --moe-dir DIR --out installed.json
-     [--expect-device NAME]
+CLI: python -m workflow_scripts.moe.install --merged merged.json --out DIR/installed.json
+     [--moe-dir DIR] [--expect-device NAME]
 """
 
 from __future__ import annotations
@@ -64,14 +64,15 @@ def main(argv: list[str] | None = None) -> None:
     """CLI entry point of the install rule."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--merged", type=Path, required=True)
-    parser.add_argument("--moe-dir", type=Path, required=True, help="becomes SGLANG_MOE_CONFIG_DIR")
+    parser.add_argument("--moe-dir", type=Path, default=None,
+                        help="becomes SGLANG_MOE_CONFIG_DIR (default: the folder of --out)")
     parser.add_argument("--out", type=Path, required=True, help="installed.json")
     parser.add_argument("--expect-device", default=None,
                         help="device the servers run on (default: this CPU for embedded; moe.device.name for sglang)")
     args = parser.parse_args(argv)
     merged = json.loads(args.merged.read_text())
     expect = args.expect_device or this_device(merged["engine"])
-    record = install(merged, args.moe_dir, expect, str(args.merged))
+    record = install(merged, args.moe_dir or args.out.parent, expect, str(args.merged))
     write_json_atomic(args.out, record)
     print(f"installed {record['file']}")
 
