@@ -42,6 +42,14 @@ def target_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def mixed_target_dir(tmp_path_factory) -> Path:
+    """An MoE with a dense layer (mlp_only_layers) and un-renormalised top-k weights."""
+    torch.manual_seed(3)
+    cfg = moe_config(mlp_only_layers=[1], norm_topk_prob=False, tie_word_embeddings=True)
+    return save(Qwen3MoeForCausalLM(cfg).eval(), tmp_path_factory.mktemp("mixed"))
+
+
+@pytest.fixture(scope="session")
 def dense_draft_dir(tmp_path_factory) -> Path:
     """An unrelated dense draft: mostly rejected proposals."""
     torch.manual_seed(1)

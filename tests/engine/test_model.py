@@ -14,7 +14,7 @@ from .conftest import VOCAB, prompts, with_config
 ATOL = 1e-4
 
 
-@pytest.mark.parametrize("which", ["target_dir", "dense_draft_dir"])
+@pytest.mark.parametrize("which", ["target_dir", "mixed_target_dir", "dense_draft_dir"])
 def test_prefill_and_decode_logits_match_transformers(which, request):
     path = request.getfixturevalue(which)
     ref_model = AutoModelForCausalLM.from_pretrained(path).eval()
