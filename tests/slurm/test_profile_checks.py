@@ -20,7 +20,12 @@ def sglang_config() -> dict:
     A dry run reads none of the paths."""
     config = copy.deepcopy(SMOKE)
     config["engine"] = "sglang"
-    config["sglang"] = {"model_path": "/models/target", "draft_path": "/models/draft", "tp_size": 2, "checkout": "/src/sglang"}
+    config["sglang"] = {
+        "model_path": "/models/target",
+        "draft_path": "/models/draft",
+        "tp_size": 2,
+        "checkout": "/src/sglang",
+    }
     config["settings"] = {
         "baseline": {"moe_config": "tuned"},
         "steps2": SMOKE["settings"]["steps2"],
@@ -77,16 +82,31 @@ def test_sglang_jobs_ask_for_the_gpus_they_use(tmp_path):
 @pytest.mark.parametrize(
     "engine, args, message",
     [
-        ("embedded", ["--set-resources", "benchmark:gpu=1"],
-         "set-resources benchmark: asks for 1 GPU(s), more than setting 'baseline' uses (0: the engine runs on CPUs)"),
-        ("sglang", ["--set-resources", "benchmark:gpu=4"],
-         "set-resources benchmark: asks for 4 GPU(s), more than setting 'baseline' uses (2:"),
-        ("sglang", ["--set-resources", "benchmark:gres='gpu:a100:8'"],
-         "set-resources benchmark: asks for 8 GPU(s), more than setting 'baseline' uses"),
-        ("sglang", ["--set-resources", "moe_tune_shard:gpu=2"],
-         "set-resources moe_tune_shard: asks for 2 GPU(s), more than a tuning shard uses (1: one GPU per tuning shard)"),
-        ("sglang", ["--default-resources", "gres='gpu:1'"],
-         "default-resources: asks every job for 1 GPU(s), but the model build and the analysis use none"),
+        (
+            "embedded",
+            ["--set-resources", "benchmark:gpu=1"],
+            "set-resources benchmark: asks for 1 GPU(s), more than setting 'baseline' uses (0: the engine runs on CPUs)",
+        ),
+        (
+            "sglang",
+            ["--set-resources", "benchmark:gpu=4"],
+            "set-resources benchmark: asks for 4 GPU(s), more than setting 'baseline' uses (2:",
+        ),
+        (
+            "sglang",
+            ["--set-resources", "benchmark:gres='gpu:a100:8'"],
+            "set-resources benchmark: asks for 8 GPU(s), more than setting 'baseline' uses",
+        ),
+        (
+            "sglang",
+            ["--set-resources", "moe_tune_shard:gpu=2"],
+            "set-resources moe_tune_shard: asks for 2 GPU(s), more than a tuning shard uses (1: one GPU per tuning shard)",
+        ),
+        (
+            "sglang",
+            ["--default-resources", "gres='gpu:1'"],
+            "default-resources: asks every job for 1 GPU(s), but the model build and the analysis use none",
+        ),
         ("embedded", ["--default-resources", "slurm_partition=''"], "slurm_partition is '', not a partition"),
     ],
 )

@@ -56,10 +56,14 @@ def submitted(proc: subprocess.CompletedProcess) -> list[str]:
 
 def job_comments(cluster: LocalSlurm, job_ids: list[str]) -> dict[str, tuple[str, str]]:
     """{job id: (comment, state)}; the plugin's comment is rule_<rule>[_wildcards_<values>]. squeue keeps finished
-    jobs for MinJobAge=300 s, long enough for this module."""
+    jobs for the test cluster's MinJobAge (30 min), longer than this module runs."""
     out = subprocess.run(
         ["squeue", "-h", "-t", "all", "-o", "%i|%k|%T", "-j", ",".join(job_ids)],
-        env=cluster.env(), capture_output=True, text=True, timeout=30, check=True,
+        env=cluster.env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
     ).stdout
     rows = [line.split("|") for line in out.strip().splitlines()]
     return {job: (comment.strip(), state) for job, comment, state in rows}
@@ -77,7 +81,9 @@ def slurm_study(slurm_cluster: LocalSlurm, tmp_path_factory: pytest.TempPathFact
         for key in ("PATH", "SLURM_CONF"):
             mp.setenv(key, slurm_cluster.env()[key])
         failed = snakemake(workdir, study_config(broken=True), "--workflow-profile", profile, check=False, timeout=360)
-        requests_after_failure = {p.stem: p.stat().st_mtime_ns for p in (results(workdir) / "requests").glob("*.parquet")}
+        requests_after_failure = {
+            p.stem: p.stat().st_mtime_ns for p in (results(workdir) / "requests").glob("*.parquet")
+        }
         fixed = snakemake(workdir, study_config(broken=False), "--workflow-profile", profile, timeout=300)
     # the same config on this machine, reusing the built model pair so that only the measurements are redone
     local = tmp_path_factory.mktemp("local-study")
@@ -134,7 +140,9 @@ def test_failed_job_fails_the_run_with_a_clear_message(slurm_study, slurm_cluste
 
 def test_rerun_redoes_only_the_failed_job(slurm_study, slurm_cluster):
     rules = [comment for comment, _ in job_comments(slurm_cluster, submitted(slurm_study.fixed)).values()]
-    assert [rule for rule in rules if rule.startswith(("rule_benchmark", "rule_build"))] == ["rule_benchmark_wildcards_steps2"]
+    assert [rule for rule in rules if rule.startswith(("rule_benchmark", "rule_build"))] == [
+        "rule_benchmark_wildcards_steps2"
+    ]
     assert "rule_analysis_tables" in rules
     for setting, mtime in slurm_study.requests_after_failure.items():
         assert (results(slurm_study.workdir) / "requests" / f"{setting}.parquet").stat().st_mtime_ns == mtime
@@ -155,12 +163,16 @@ def test_same_cells_as_a_local_run_and_no_lost_requests(slurm_study):
         warmup, measured = cell_sizes(config, concurrency)
         assert len(cell) == warmup + measured, (setting, workload, concurrency, repeat)
     assert on_slurm.error.isna().all(), on_slurm.error.dropna().head().tolist()
-    summaries = {name: pd.read_csv(results(w) / "tables" / "summary.csv") for name, w in
-                 (("slurm", slurm_study.workdir), ("local", slurm_study.local))}
+    summaries = {
+        name: pd.read_csv(results(w) / "tables" / "summary.csv")
+        for name, w in (("slurm", slurm_study.workdir), ("local", slurm_study.local))
+    }
     assert list(summaries["slurm"].columns) == list(summaries["local"].columns)
     rows = ["source", "setting", "workload", "concurrency"]
-    assert (summaries["slurm"][rows].sort_values(rows).values.tolist()
-            == summaries["local"][rows].sort_values(rows).values.tolist())
+    assert (
+        summaries["slurm"][rows].sort_values(rows).values.tolist()
+        == summaries["local"][rows].sort_values(rows).values.tolist()
+    )
 
 
 def test_submission_error_from_slurm_reaches_the_user_verbatim(slurm_cluster, tmp_path):
@@ -175,16 +187,27 @@ def test_submission_error_from_slurm_reaches_the_user_verbatim(slurm_cluster, tm
 
 def test_placeholder_partition_is_refused_before_submission(slurm_cluster, tmp_path):
     def job_count() -> int:
-        out = subprocess.run(["squeue", "-h", "-t", "all", "-o", "%i"], env=slurm_cluster.env(),
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["squeue", "-h", "-t", "all", "-o", "%i"],
+            env=slurm_cluster.env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return len(out.split())
 
     before = job_count()
     with pytest.MonkeyPatch.context() as mp:
         for key in ("PATH", "SLURM_CONF"):
             mp.setenv(key, slurm_cluster.env()[key])
-        proc = snakemake(tmp_path, study_config(broken=False), "--workflow-profile", str(REPO / "profiles" / "slurm"),
-                         check=False, timeout=120)
+        proc = snakemake(
+            tmp_path,
+            study_config(broken=False),
+            "--workflow-profile",
+            str(REPO / "profiles" / "slurm"),
+            check=False,
+            timeout=120,
+        )
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "slurm_partition is '<your-partition>'" in out and "profiles/slurm/config.yaml" in out

@@ -96,7 +96,9 @@ def gpu_request(resources: Mapping[str, object]) -> int | None:
         raise ScaleoutError(f"resource gpu: {gpu!r} is not a whole number of GPUs") from None
 
 
-def check_partition(default_resources: Mapping[str, object], rule_resources: Mapping[str, Mapping[str, object]]) -> None:
+def check_partition(
+    default_resources: Mapping[str, object], rule_resources: Mapping[str, Mapping[str, object]]
+) -> None:
     """Refuse a Slurm partition that is still the profile's placeholder, or empty."""
     scopes = {"default-resources": default_resources}
     scopes.update({f"set-resources {rule}": res for rule, res in rule_resources.items()})
@@ -104,7 +106,11 @@ def check_partition(default_resources: Mapping[str, object], rule_resources: Map
         if "slurm_partition" not in resources:
             continue
         partition = str(resources["slurm_partition"] or "").strip().strip("'\"")
-        if not partition or partition == PARTITION_PLACEHOLDER or (partition.startswith("<") and partition.endswith(">")):
+        if (
+            not partition
+            or partition == PARTITION_PLACEHOLDER
+            or (partition.startswith("<") and partition.endswith(">"))
+        ):
             raise ScaleoutError(
                 f"{where}: slurm_partition is {partition!r}, not a partition. Set it in your Slurm profile"
                 f" (profiles/slurm/config.yaml) to one of your cluster's partitions (see `sinfo -s`)."

@@ -98,10 +98,17 @@ class LocalSlurm:
         munge = self.root / "munge"
         pids = {
             "munged": self._spawn(
-                [_which("munged"), "-F", f"--socket={munge / 'munge.socket'}", f"--key-file={munge / 'munge.key'}",
-                 f"--pid-file={munge / 'munged.pid'}", f"--log-file={munge / 'munged.log'}",
-                 f"--seed-file={munge / 'munged.seed'}"],
-                "munged", user=MUNGE_USER,
+                [
+                    _which("munged"),
+                    "-F",
+                    f"--socket={munge / 'munge.socket'}",
+                    f"--key-file={munge / 'munge.key'}",
+                    f"--pid-file={munge / 'munged.pid'}",
+                    f"--log-file={munge / 'munged.log'}",
+                    f"--seed-file={munge / 'munged.seed'}",
+                ],
+                "munged",
+                user=MUNGE_USER,
             )
         }
         self._pids_file.write_text(json.dumps(pids))
@@ -119,9 +126,13 @@ class LocalSlurm:
         pids: dict[str, int] = json.loads(self._pids_file.read_text())
         if "slurmctld" in pids:
             # jobs outlive a slurmd shutdown: cancel what a killed Snakemake left behind (this cluster's jobs only)
-            queued = subprocess.run(["squeue", "-h", "-o", "%i"], env=self.env(), capture_output=True, text=True, timeout=timeout_s)
+            queued = subprocess.run(
+                ["squeue", "-h", "-o", "%i"], env=self.env(), capture_output=True, text=True, timeout=timeout_s
+            )
             if queued.stdout.split():
-                subprocess.run(["scancel", *queued.stdout.split()], env=self.env(), capture_output=True, timeout=timeout_s)
+                subprocess.run(
+                    ["scancel", *queued.stdout.split()], env=self.env(), capture_output=True, timeout=timeout_s
+                )
             subprocess.run(["scontrol", "shutdown"], env=self.env(), capture_output=True, timeout=timeout_s)
         for name in ("slurmctld", "slurmd", "munged"):
             if name in pids:
@@ -185,8 +196,9 @@ class LocalSlurm:
             "SelectTypeParameters=CR_Core_Memory",
             # without a default memory per CPU a job takes the whole node and jobs run one at a time
             "DefMemPerCPU=500",
-            # squeue (the status command without accounting) sees finished jobs for this long
-            "MinJobAge=300",
+            # squeue (the status command without accounting) sees finished jobs for this long: at least 3 x the
+            # plugin's first status check, and longer than a test module that reads its jobs back
+            "MinJobAge=1800",
             "KillWait=5",
             "ReturnToService=2",
             # trust the node line below instead of the probed hardware
@@ -211,13 +223,22 @@ class LocalSlurm:
     def _spawn(self, cmd: list[str], name: str, user: str | None = None) -> int:
         with open(self.root / "log" / f"{name}.out", "ab") as out:
             proc = subprocess.Popen(
-                cmd, env=self.env(), stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, user=user, group=user, extra_groups=[] if user else None,
+                cmd,
+                env=self.env(),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                user=user,
+                group=user,
+                extra_groups=[] if user else None,
             )
         return proc.pid
 
     def _node_idle(self) -> bool:
-        proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], env=self.env(), capture_output=True, text=True, timeout=10)
+        proc = subprocess.run(
+            ["sinfo", "-h", "-N", "-o", "%t"], env=self.env(), capture_output=True, text=True, timeout=10
+        )
         return proc.returncode == 0 and proc.stdout.strip() == "idle"
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
@@ -253,7 +274,9 @@ class LocalSlurm:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=["up", "down"])
-    parser.add_argument("root", type=Path, help="directory for the cluster's config, state and logs (searchable by all)")
+    parser.add_argument(
+        "root", type=Path, help="directory for the cluster's config, state and logs (searchable by all)"
+    )
     parser.add_argument("--cpus", type=int, default=2)
     args = parser.parse_args(argv)
     cluster = LocalSlurm(args.root.resolve(), cpus=args.cpus)
