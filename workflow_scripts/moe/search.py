@@ -54,12 +54,13 @@ def exhaustive(n: int, measure: Measure, repeats: int) -> SearchResult:
     return SearchResult(best, scores[best], used, samples)
 
 
-def successive_halving(n: int, measure: Measure, eta: int = 3, growth: int = 2) -> SearchResult:
+def successive_halving(n: int, measure: Measure, eta: int = 3, growth: int = 2, final_samples: int = 7) -> SearchResult:
     """Keep the best 1/eta of the candidates each round, giving survivors `growth` x more samples.
 
-    One sample each for all, then 2 for the best third, 4 for the best ninth, ...: the cost is about
-    n * (1 + growth/eta + (growth/eta)^2 + ...) = n * eta / (eta - growth) samples, against n * repeats
-    for the exhaustive search, whatever the size of the space.
+    One sample each for all, then 2 for the best third, and so on; once no more than eta candidates are
+    left, they get `final_samples` each, so the last, closest call is not made on a lucky sample or two.
+    For 18 candidates: 18 + 6 + 2*6 = 36 samples would be 20% of an exhaustive search at 10 repeats;
+    with the defaults it is 18 + 6 + 2*5 = 34 (19%).
     """
     if n < 1 or eta < 2 or growth < 1:
         raise ValueError(f"successive halving needs n >= 1, eta >= 2, growth >= 1 (got {n}, {eta}, {growth})")
@@ -74,6 +75,8 @@ def successive_halving(n: int, measure: Measure, eta: int = 3, growth: int = 2) 
         if len(alive) == 1:
             break
         target *= growth
+        if len(alive) <= eta:
+            target = max(target, final_samples)
     best = alive[0]
     return SearchResult(best, min(samples[best]), used, samples)
 
