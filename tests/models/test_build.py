@@ -71,6 +71,10 @@ def test_build_info_is_complete_and_sane(smoke_pair):
         assert info["num_threads"] == info["settings"]["num_threads"]
     assert 0.0 <= target["draft_target_top1_agreement"] <= 1.0
     assert target["draft_target_top1_agreement"] == draft["draft_target_top1_agreement"]
+    quality = target["quality"]
+    assert 0.0 <= quality["greedy_continuation_agreement"] <= 1.0 and quality["greedy_continuation_tokens"] > 0
+    lengths = list(quality["predicted_accept_length_by_steps"].values())
+    assert 1.0 <= lengths[0] <= lengths[1] <= lengths[2] <= 4.0
     assert target["corpus"] == draft["corpus"]
     assert target["parameters"]["total"] > target["parameters"]["active"] > draft["parameters"]["total"]
     assert draft["parameters"]["total"] == draft["parameters"]["active"]

@@ -52,6 +52,11 @@ def _timed(phases: dict[str, float], name: str) -> Iterator[None]:
     phases[name] = round(time.perf_counter() - start, 1)
 
 
+def _definition_head(doc: str) -> str:
+    """The first two lines of a held-out definition (signature, docstring start): a realistic prompt."""
+    return "\n".join(doc.splitlines()[:2]) + "\n"
+
+
 def _log(message: str) -> None:
     print(f"[models.build] {message}", file=sys.stderr, flush=True)
 
@@ -198,6 +203,8 @@ def _build(preset: str, s: BuildSettings, seed: int, target_out: Path, draft_out
                 evaluate.next_token_loss(evaluate.logits_of(dense, val_windows), val_windows), 4),
             "draft_target_top1_agreement": round(evaluate.top1_agreement(draft_logits, target_logits), 4),
         }
+        heads = [tok.encode(_definition_head(d)).ids for d in data.val_docs[: s.greedy_eval_prompts]]
+        quality.update(evaluate.greedy_continuation_agreement(target, draft, heads, s.greedy_eval_tokens, eos))
     _log(f"quality: {quality}; routing: {routing['distinct_experts_per_3_tokens_mean']} distinct experts "
         f"per 3 tokens (uniform {routing['distinct_experts_per_3_tokens_if_uniform_random']})")
 

@@ -56,6 +56,8 @@ class BuildSettings:
     train_dtype: str  # "bfloat16" (autocast; ~2x faster on CPUs with AVX512-BF16) or "float32"
     num_threads: int  # fixed: the thread count changes float reduction order (1: robust on a shared CPU)
     eval_tokens: int  # held-out tokens used for val loss, agreement and routing statistics
+    greedy_eval_prompts: int  # held-out heads the target continues greedily (acceptance estimate)
+    greedy_eval_tokens: int  # at most this many new tokens each
 
 
 PRESETS: dict[str, BuildSettings] = {
@@ -69,6 +71,7 @@ PRESETS: dict[str, BuildSettings] = {
         moe_steps=6, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
         distill_tokens=196608, distill_top_k=16, draft_steps=150, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
         train_dtype="bfloat16", num_threads=1, eval_tokens=24576,
+        greedy_eval_prompts=12, greedy_eval_tokens=64,
     ),
     "smoke": BuildSettings(
         max_files=60, vocab_size=512,
@@ -80,6 +83,7 @@ PRESETS: dict[str, BuildSettings] = {
         moe_steps=5, moe_lr=1e-3, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
         distill_tokens=8192, distill_top_k=16, draft_steps=30, draft_lr=3e-3, warmup_steps=5, weight_decay=0.1,
         train_dtype="bfloat16", num_threads=1, eval_tokens=4096,
+        greedy_eval_prompts=4, greedy_eval_tokens=16,
     ),
 }
 
@@ -129,7 +133,8 @@ def check(s: BuildSettings) -> None:
     if s.train_dtype not in _TRAIN_DTYPES:
         problems.append(f"train_dtype={s.train_dtype!r} (choose {_TRAIN_DTYPES})")
     positive = ["vocab_size", "hidden_size", "head_dim", "intermediate_size", "target_layers", "seq_len",
-                "batch_size", "dense_steps", "draft_steps", "num_threads", "eval_tokens", "distill_top_k"]
+                "batch_size", "dense_steps", "draft_steps", "num_threads", "eval_tokens", "distill_top_k",
+                "greedy_eval_prompts", "greedy_eval_tokens"]
     problems += [f"{k}={getattr(s, k)} (must be > 0)" for k in positive if getattr(s, k) <= 0]
     problems += [f"{k}={getattr(s, k)} (must be >= 0)" for k in ("moe_steps", "warmup_steps", "expert_noise")
                  if getattr(s, k) < 0]
