@@ -76,3 +76,12 @@ def test_sampling_probs_filters():
     assert full[0] < 0.7 < full[0] + full[1]
     assert (probs[1] > 0).tolist() == [True, True, False, False]  # top-p keeps the smallest set reaching 0.7
     assert probs[2].tolist() == [0.0, 1.0, 0.0, 0.0]  # temperature 0 -> argmax
+
+
+def test_sample_follows_unnormalised_rows_and_skips_zeros():
+    g = torch.Generator().manual_seed(1)
+    weights = torch.tensor([0.0, 0.6, 0.0, 2.4, 1.0, 0.0])  # sums to 4, zeros at both ends and inside
+    draws = sample(weights.expand(N, V), g)
+    counts = torch.bincount(draws, minlength=V).float()
+    assert counts[weights == 0].sum() == 0
+    assert tv(counts, weights / weights.sum()) < TV_BOUND

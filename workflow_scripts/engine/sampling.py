@@ -36,6 +36,8 @@ def sampling_probs(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
     top-p is cut on the full softmax and top-k on the rank, both before renormalising (SGLang's order).
     """
     greedy = params.temperature <= 0
+    if bool(greedy.all()):  # the common T=0 batch: no softmax needed
+        return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     temp = torch.where(greedy, torch.ones_like(params.temperature), params.temperature)
     probs = torch.softmax(logits / temp[:, None], dim=-1)
     if params.needs_filter:
@@ -52,8 +54,17 @@ def sampling_probs(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token id per row of probs [N, V]."""
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    """One token id per row of probs [N, V] (rows need not be normalised).
+
+    Inverse CDF with one uniform per row: several times cheaper than torch.multinomial on CPU.
+    The clamp keeps a u that rounds up to the total on the last token with non-zero mass.
+    """
+    cdf = probs.cumsum(-1)
+    total = cdf[:, -1:]
+    u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype) * total
+    idx = torch.searchsorted(cdf, u, right=True)
+    last = (cdf < total).sum(-1, keepdim=True)
+    return torch.minimum(idx, last).squeeze(-1)
 
 
 def choose_tokens(logits: torch.Tensor, params: RowParams, generator: torch.Generator) -> torch.Tensor:
