@@ -11,6 +11,8 @@ import copy
 import re
 import shutil
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -69,6 +71,16 @@ def job_comments(cluster: LocalSlurm, job_ids: list[str]) -> dict[str, tuple[str
     return {job: (comment.strip(), state) for job, comment, state in rows}
 
 
+@contextmanager
+def on_cluster(cluster: LocalSlurm):
+    """Snakemake, and the jobs it submits, reach the test cluster through PATH and SLURM_CONF (tests/workflow's
+    snakemake() passes os.environ on)."""
+    with pytest.MonkeyPatch.context() as mp:
+        for key in ("PATH", "SLURM_CONF"):
+            mp.setenv(key, cluster.env()[key])
+        yield
+
+
 def results(workdir: Path) -> Path:
     return workdir / "results" / SMOKE["study"]
 
@@ -77,19 +89,20 @@ def results(workdir: Path) -> Path:
 def slurm_study(slurm_cluster: LocalSlurm, tmp_path_factory: pytest.TempPathFactory) -> SlurmStudy:
     workdir = tmp_path_factory.mktemp("slurm-study")
     profile = str(write_site_profile(workdir / "profile"))
-    with pytest.MonkeyPatch.context() as mp:
-        for key in ("PATH", "SLURM_CONF"):
-            mp.setenv(key, slurm_cluster.env()[key])
+    with on_cluster(slurm_cluster):
         failed = snakemake(workdir, study_config(broken=True), "--workflow-profile", profile, check=False, timeout=360)
         requests_after_failure = {
             p.stem: p.stat().st_mtime_ns for p in (results(workdir) / "requests").glob("*.parquet")
         }
-        fixed = snakemake(workdir, study_config(broken=False), "--workflow-profile", profile, timeout=300)
-    # the same config on this machine, reusing the built model pair so that only the measurements are redone
-    local = tmp_path_factory.mktemp("local-study")
-    (results(local)).mkdir(parents=True)
-    shutil.copytree(results(workdir) / "models", results(local) / "models")
-    snakemake(local, study_config(broken=False), "--cores", "2", timeout=300)
+        # the same config on this machine, reusing the built model pair so that only the measurements are redone;
+        # it runs beside the Slurm rerun, which mostly waits between its status checks
+        local = tmp_path_factory.mktemp("local-study")
+        results(local).mkdir(parents=True)
+        shutil.copytree(results(workdir) / "models", results(local) / "models")
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            local_run = pool.submit(snakemake, local, study_config(broken=False), "--cores", "2", timeout=300)
+            fixed = snakemake(workdir, study_config(broken=False), "--workflow-profile", profile, timeout=300)
+            local_run.result()
     return SlurmStudy(workdir, failed, requests_after_failure, fixed, local)
 
 
@@ -177,9 +190,7 @@ def test_same_cells_as_a_local_run_and_no_lost_requests(slurm_study):
 
 def test_submission_error_from_slurm_reaches_the_user_verbatim(slurm_cluster, tmp_path):
     profile = str(write_site_profile(tmp_path / "profile", partition="nosuchpartition"))
-    with pytest.MonkeyPatch.context() as mp:
-        for key in ("PATH", "SLURM_CONF"):
-            mp.setenv(key, slurm_cluster.env()[key])
+    with on_cluster(slurm_cluster):
         proc = snakemake(tmp_path, study_config(broken=False), "--workflow-profile", profile, check=False, timeout=120)
     assert proc.returncode != 0
     assert "sbatch: error: invalid partition specified: nosuchpartition" in proc.stdout + proc.stderr
@@ -197,9 +208,7 @@ def test_placeholder_partition_is_refused_before_submission(slurm_cluster, tmp_p
         return len(out.split())
 
     before = job_count()
-    with pytest.MonkeyPatch.context() as mp:
-        for key in ("PATH", "SLURM_CONF"):
-            mp.setenv(key, slurm_cluster.env()[key])
+    with on_cluster(slurm_cluster):
         proc = snakemake(
             tmp_path,
             study_config(broken=False),
