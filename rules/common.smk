@@ -1,5 +1,4 @@
-import json
-import os
+import shlex
 from pathlib import Path
 
 from snakemake.utils import validate
@@ -60,6 +59,34 @@ def draft_model():
     if ENGINE == "embedded":
         return f"{RESULTS}/models/draft"
     return config["sglang"]["draft_path"]
+
+
+def benchmark_inputs(wildcards):
+    """The built pair on the embedded engine (a user's SGLang checkpoint is not tracked), and the installed MoE
+    configs for a `moe_config: tuned` setting."""
+    inputs = {}
+    if ENGINE == "embedded":
+        inputs.update(target=target_model(), draft=draft_model())
+    if config["settings"][wildcards.setting]["moe_config"] == "tuned":
+        inputs["moe"] = f"{RESULTS}/moe/installed.json"
+    return inputs
+
+
+def benchmark_model_args(wildcards, input):
+    """--target/--draft/--moe-installed of workflow_scripts.client.run_setting."""
+    target = input.target if "target" in input.keys() else target_model()
+    draft = input.draft if "draft" in input.keys() else draft_model()
+    args = f"--target {shlex.quote(target)}"
+    if draft:
+        args += f" --draft {shlex.quote(draft)}"
+    if "moe" in input.keys():
+        args += f" --moe-installed {shlex.quote(input.moe)}"
+    return args
+
+
+def moe_model_path(wildcards, input):
+    """The MoE rules' model: the built target (a tracked input) on the embedded engine, the user's checkpoint on SGLang."""
+    return input.model[0] if ENGINE == "embedded" else target_model()
 
 
 def all_outputs():

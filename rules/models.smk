@@ -4,18 +4,18 @@ if ENGINE == "embedded":
         output:
             target=directory(f"{RESULTS}/models/target"),
             draft=directory(f"{RESULTS}/models/draft"),
-        params:
-            preset=config["model"]["preset"],
-            seed=config["model"]["seed"],
         log:
             f"{LOGS}/build_models.log",
+        conda:
+            "../envs/engine.yaml"
         threads: node_cores()
         resources:
             mem_mb=4000,
             runtime=30,
             gpu=0,
-        conda:
-            "../envs/engine.yaml"
+        params:
+            preset=config["model"]["preset"],
+            seed=config["model"]["seed"],
         shell:
             "python -m workflow_scripts.models.build --preset {params.preset} --seed {params.seed}"
             " --target-out {output.target} --draft-out {output.draft} 2> {log}"

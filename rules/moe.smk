@@ -51,7 +51,7 @@ if ENGINE == "sglang":
             gpu=0,
         params:
             checkout=SGLANG["checkout"],
-            model=target_model(),
+            model=moe_model_path,
             tp=SGLANG["tp_size"],
         shell:
             "python -m workflow_scripts.moe.patch_tuner --checkout {params.checkout:q} --model {params.model:q}"
@@ -80,16 +80,19 @@ if MOE_CFG["tune"]:
             runtime=600 if ENGINE == "sglang" else 60,
         params:
             engine=ENGINE,
-            model=target_model(),
+            model=moe_model_path,
             shards=len(MOE_SHARDS),
             batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
             search=MOE_CFG["search"],
             seed=MOE_CFG["seed"],
             gpu_args=moe_items.shard_gpu_args(ENGINE, MOE, MOE_CFG, SGLANG),
+            # time the kernel with the torch threads the embedded server will run it with
+            torch_threads=lambda wildcards, threads: config["server"]["num_threads"]
+            or threads,
         shell:
             "python -m workflow_scripts.moe.tune_shard --engine {params.engine} --model {params.model:q}"
             " --shard {wildcards.shard} --shards {params.shards} --batch-sizes {params.batch_sizes}"
-            " --search {params.search} --seed {params.seed} --threads {threads} {params.gpu_args}"
+            " --search {params.search} --seed {params.seed} --threads {params.torch_threads} {params.gpu_args}"
             " --out {output:q} > {log} 2>&1"
 
     rule moe_merge:
@@ -159,7 +162,7 @@ rule moe_roofline:
         gpu=0,
     params:
         engine=ENGINE,
-        model=target_model(),
+        model=moe_model_path,
         tp=SGLANG["tp_size"] if ENGINE == "sglang" else 1,
         batch_sizes=" ".join(map(str, MOE_BATCH_SIZES)),
         device=lambda wildcards, input: moe_items.roofline_device_args(
