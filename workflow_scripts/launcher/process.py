@@ -120,11 +120,14 @@ class ServerProcess:
             )
 
     def check_alive(self, timeout_s: float = 30) -> None:
-        """Between cells: a crashed or hung server fails the job now, not after every later request timed out."""
+        """Between cells: a crashed or hung server fails the job now, not after every later request timed out.
+
+        /health_generate runs a real generation, so a server whose HTTP front still answers while its engine is
+        stuck fails here too."""
         self.raise_if_dead("died")
-        if _get(self.base_url + "/health", timeout=timeout_s) != 200:
+        if _get(self.base_url + "/health_generate", timeout=timeout_s) != 200:
             raise ServerError(
-                f"server at {self.base_url} stopped answering /health within {timeout_s:.0f} s; "
+                f"server at {self.base_url} stopped answering /health_generate within {timeout_s:.0f} s; "
                 f"log {self.log_path} ends with:\n{log_tail(self.log_path)}"
             )
 
