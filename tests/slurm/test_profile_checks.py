@@ -94,7 +94,12 @@ def test_sglang_jobs_ask_for_the_gpus_they_use(tmp_path):
         ),
         (
             "sglang",
-            ["--set-resources", "benchmark:gres='gpu:a100:8'"],
+            ["--set-resources", "benchmark:gres='gpu:2'"],
+            "set-resources benchmark: gres asks for GPUs and the rule's own gpu resource asks again (--gpus)",
+        ),
+        (
+            "sglang",
+            ["--set-resources", "benchmark:gres='gpu:a100:8'", "benchmark:gpu=0"],
             "set-resources benchmark: asks for 8 GPU(s), more than setting 'baseline' uses",
         ),
         (
@@ -119,11 +124,16 @@ def test_bad_cluster_requests_are_refused_before_any_job(tmp_path, engine, args,
     assert "Job stats" not in out
 
 
-def test_a_request_that_matches_every_setting_passes(tmp_path):
+@pytest.mark.parametrize(
+    "overrides, shown",
+    [(["benchmark:gpu=2"], {"gpu": "2"}), (["benchmark:gres='gpu:h100:2'", "benchmark:gpu=0"], {"gres": "gpu:h100:2"})],
+)
+def test_a_request_that_matches_every_setting_passes(tmp_path, overrides, shown):
     config = sglang_config()
     del config["settings"]["wide"]
-    out = dry_run(tmp_path, config, "--cores", "2", "--set-resources", "benchmark:gpu=2").stdout
-    assert {res["gpu"] for res in job_resources(out, "benchmark").values()} == {"2"}
+    out = dry_run(tmp_path, config, "--cores", "2", "--set-resources", *overrides).stdout
+    for resources in job_resources(out, "benchmark").values():
+        assert {key: resources.get(key) for key in shown} == shown
 
 
 def test_setting_gpus_reads_the_servers_parallel_flags():

@@ -140,7 +140,13 @@ def check_gpu_requests(
         if asked is None:
             continue
         # rules missing from `needs` run on CPUs
-        for label, need in (needs.get(rule) or {rule: 0}).items():
+        rule_needs = needs.get(rule) or {rule: 0}
+        if asked and resources.get("gres") and resources.get("gpu") not in (0, "0") and any(rule_needs.values()):
+            raise ScaleoutError(
+                f"set-resources {rule}: gres asks for GPUs and the rule's own gpu resource asks again (--gpus);"
+                " set gpu: 0 next to gres"
+            )
+        for label, need in rule_needs.items():
             if asked > need:
                 raise ScaleoutError(
                     f"set-resources {rule}: asks for {asked} GPU(s), more than {label} uses ({need}:"
@@ -149,7 +155,7 @@ def check_gpu_requests(
             if asked < need:
                 raise ScaleoutError(
                     f"set-resources {rule}: asks for {asked} GPU(s), fewer than {label} needs ({need}:"
-                    f" {_why(rule, need)}); its server could not start. Remove the override."
+                    f" {_why(rule, need)}), so it could not run. Remove the override."
                 )
 
 
