@@ -32,14 +32,18 @@ NODE = "localnode"
 MUNGE_USER = "munge"
 
 
+def _search_path() -> str:
+    """PATH plus the sbin directories, where Debian puts the daemons."""
+    return os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
+
+
 def missing_binaries() -> list[str]:
-    """The Slurm/munge programs this cluster needs that are not on PATH (daemons live in /usr/sbin)."""
-    path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"])
-    return [name for name in DAEMONS + CLIENTS if shutil.which(name, path=path) is None]
+    """The Slurm/munge programs this cluster needs that are not installed."""
+    return [name for name in DAEMONS + CLIENTS if shutil.which(name, path=_search_path()) is None]
 
 
 def _which(name: str) -> str:
-    found = shutil.which(name, path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin", "/sbin"]))
+    found = shutil.which(name, path=_search_path())
     if found is None:
         raise FileNotFoundError(f"{name}: not found; install Debian's munge slurmctld slurmd slurm-client")
     return found
