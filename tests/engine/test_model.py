@@ -68,3 +68,23 @@ def test_bad_model_dirs_name_the_path(tmp_path, target_dir):
     (broken / "model.safetensors").write_bytes(b"garbage")
     with pytest.raises(EngineConfigError, match="model.safetensors"):
         DecoderModel(broken)
+
+
+def test_masked_positions_never_leak(target_dir):
+    """Rows shorter than the batch's longest read stale cache entries under the mask: they must not matter.
+
+    A fresh cache must not hold NaN either (0 * NaN in softmax(QK)V would poison the row).
+    """
+    model = DecoderModel(target_dir)
+    cache = model.new_cache(2, 40)
+    assert all(bool(t.isfinite().all()) for t in (*cache.k, *cache.v))
+    short, long = [5, 6, 7], list(range(10, 30))
+    for slot, p in enumerate((short, long)):
+        model.forward(torch.tensor([p]), torch.tensor([0]), cache, slot_offset=slot)
+    g = torch.Generator().manual_seed(0)
+    for buf in (*cache.k, *cache.v):  # stale data from an earlier, longer occupant of slot 0
+        buf[0, :, len(short) :] = torch.randn(buf[0, :, len(short) :].shape, generator=g) * 5
+    batched = model.forward(torch.tensor([[8], [31]]), torch.tensor([len(short), len(long)]), cache)
+    solo = model.new_cache(1, 40)
+    model.forward(torch.tensor([short]), torch.tensor([0]), solo)
+    torch.testing.assert_close(batched[0, 0], model.forward(torch.tensor([[8]]), torch.tensor([3]), solo)[0, 0], atol=ATOL, rtol=0)

@@ -144,9 +144,10 @@ class KVCache:
 
     def __init__(self, cfg: ModelConfig, slots: int, capacity: int, dtype: torch.dtype):
         shape = (slots, cfg.num_kv_heads, capacity, cfg.head_dim)
-        # torch.empty: pages are only touched (and counted in RSS) as sequences grow.
-        self.k = [torch.empty(shape, dtype=dtype) for _ in range(cfg.num_layers)]
-        self.v = [torch.empty(shape, dtype=dtype) for _ in range(cfg.num_layers)]
+        # Zeroed, not torch.empty: a batch reads every row up to the longest row's length, and masked
+        # positions still enter softmax(QK)V as 0 * V, which is NaN if stale memory holds a NaN pattern.
+        self.k = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype) for _ in range(cfg.num_layers)]
         self.capacity = capacity
 
     def move_slot(self, src: int, dst: int, length: int) -> None:

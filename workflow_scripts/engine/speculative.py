@@ -34,11 +34,9 @@ class Drafter(Protocol):
 
 def pad_rows(rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad token lists into [B, T] (pad id 0) and return their lengths [B]."""
-    lens = torch.tensor([len(r) for r in rows])
-    out = torch.zeros((len(rows), int(lens.max())), dtype=torch.long)
-    for i, r in enumerate(rows):
-        out[i, : len(r)] = torch.tensor(r)
-    return out, lens
+    lengths = [len(r) for r in rows]
+    width = max(lengths)
+    return torch.tensor([r + [0] * (width - len(r)) for r in rows]), torch.tensor(lengths)
 
 
 class StandaloneDrafter:
@@ -89,12 +87,9 @@ class NgramDrafter:
 
     def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal:
         rows = [ngram.propose(s.tokens, k) for s in seqs]
-        num = torch.tensor([len(r) for r in rows])
-        width = int(num.max())
-        tokens = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
-        return Proposal(tokens, None, num)
+        width = max(len(r) for r in rows)
+        tokens = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.long).view(len(rows), width)
+        return Proposal(tokens, None, torch.tensor([len(r) for r in rows]))
 
     def move_slot(self, src: int, dst: int, length: int) -> None:
         pass
