@@ -8,7 +8,8 @@ if ENGINE == "embedded":
             f"{LOGS}/build_models.log",
         conda:
             "../envs/engine.yaml"
-        threads: node_cores()
+        # the build trains on one thread (bitwise-reproducible weights; two threads spin on a loaded machine)
+        threads: 1
         resources:
             mem_mb=4000,
             runtime=30,
