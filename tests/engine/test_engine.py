@@ -67,8 +67,9 @@ def test_greedy_speculation_is_token_identical(algorithm, steps, draft, target_d
         assert 0 < total[0] < total[1]
 
 
-def test_sampled_speculation_completes_with_limits(target_dir, near_draft_dir, engine_factory):
-    engine = engine_factory(target_dir, spec("STANDALONE", 3, near_draft_dir), 3, 7)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_sampled_speculation_completes_with_limits(dtype, target_dir, near_draft_dir, engine_factory):
+    engine = engine_factory(target_dir, spec("STANDALONE", 3, near_draft_dir), 3, 7, dtype=dtype)
     params = SamplingParams(temperature=0.8, top_p=0.9, top_k=20, max_new_tokens=10, ignore_eos=True)
     outs, finals = run_engine(engine, prompts(5, seed=3), params)
     assert [len(o) for o in outs] == [10] * 5  # accepted runs are truncated at max_new_tokens
@@ -180,6 +181,7 @@ def test_config_errors_name_the_flag_or_path(target_dir, tmp_path):
         (dict(spec=spec("NGRAM", 2, target_dir)), "--speculative-draft-model-path"),
         (dict(spec=None, max_running_requests=0), "--max-running-requests"),
         (dict(spec=None, context_length=10**6), "--context-length"),
+        (dict(spec=None, dtype="float16"), "--dtype"),
     ]
     for kwargs, flag in cases:
         kwargs.setdefault("max_running_requests", 2)

@@ -88,3 +88,15 @@ def test_masked_positions_never_leak(target_dir):
     solo = model.new_cache(1, 40)
     model.forward(torch.tensor([short]), torch.tensor([0]), solo)
     torch.testing.assert_close(batched[0, 0], model.forward(torch.tensor([[8]]), torch.tensor([3]), solo)[0, 0], atol=ATOL, rtol=0)
+
+
+def test_bfloat16_stays_close_to_transformers_fp32(target_dir):
+    ref_model = AutoModelForCausalLM.from_pretrained(target_dir).eval()
+    ids = torch.tensor([prompts(1, seed=8, lo=20, hi=21)[0]])
+    with torch.no_grad():
+        ref = ref_model(ids).logits[0]
+    model = DecoderModel(target_dir, "bfloat16")
+    assert model.embed.dtype == torch.bfloat16
+    got = model.logits(model.forward(ids, torch.tensor([0]), model.new_cache(1, 32)))[0]
+    assert (got - ref).abs().max() < 0.05 * ref.abs().max()
+    assert (got.argmax(-1) == ref.argmax(-1)).float().mean() >= 0.9

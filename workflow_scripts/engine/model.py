@@ -19,6 +19,18 @@ from workflow_scripts.engine.fused_moe import fused_moe, get_moe_config
 from workflow_scripts.engine.types import EngineConfigError
 
 SUPPORTED_ARCHS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+
+
+def resolve_dtype(name: str | torch.dtype, config_dtype: str) -> torch.dtype:
+    """SGLang's --dtype: "auto" takes config.json's dtype; float32 and bfloat16 are supported on CPU."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name == "auto":
+        name = config_dtype if config_dtype in DTYPES else "float32"
+    if name not in DTYPES:
+        raise EngineConfigError(f"--dtype {name!r} is not supported; choose auto, {', '.join(DTYPES)}")
+    return DTYPES[name]
 
 
 @dataclass(frozen=True)
@@ -42,6 +54,7 @@ class ModelConfig:
     norm_topk_prob: bool
     moe_intermediate_size: int
     moe_layers: frozenset[int]
+    dtype: str  # as saved in config.json ("dtype", or the older "torch_dtype")
 
 
 def _eos_ids(value) -> tuple[int, ...]:
@@ -104,6 +117,7 @@ def load_config(model_dir: Path) -> ModelConfig:
             norm_topk_prob=bool(raw.get("norm_topk_prob", False)),
             moe_intermediate_size=int(raw.get("moe_intermediate_size", 0)) if is_moe else 0,
             moe_layers=moe_layers,
+            dtype=str(raw.get("dtype") or raw.get("torch_dtype") or "float32"),
         )
     except KeyError as e:
         raise EngineConfigError(f"{path}: missing key {e.args[0]!r}") from e
@@ -159,10 +173,10 @@ class KVCache:
 class DecoderModel:
     """Qwen3 (dense) or Qwen3-MoE causal LM, inference only."""
 
-    def __init__(self, model_dir: Path, dtype: torch.dtype = torch.float32):
+    def __init__(self, model_dir: Path, dtype: str | torch.dtype = "auto"):
         self.path = Path(model_dir)
         self.cfg = cfg = load_config(self.path)
-        self.dtype = dtype
+        self.dtype = resolve_dtype(dtype, cfg.dtype)
         weights_path = self.path / "model.safetensors"
         if not weights_path.is_file():
             raise EngineConfigError(f"{weights_path} is missing (sharded checkpoints are not supported)")

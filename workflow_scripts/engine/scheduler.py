@@ -101,7 +101,7 @@ class Engine:
         random_seed: int,
         context_length: int | None = None,
         num_threads: int | None = None,
-        dtype: torch.dtype = torch.float32,
+        dtype: str = "auto",
     ):
         if max_running_requests < 1:
             raise EngineConfigError(f"--max-running-requests must be >= 1, got {max_running_requests}")
@@ -126,7 +126,7 @@ class Engine:
         self.cache = self.target.new_cache(max_running_requests, capacity)
         self.drafter: Drafter | None = None
         if spec is not None and spec.algorithm == "STANDALONE":
-            draft = DecoderModel(Path(spec.draft_model_path), dtype)
+            draft = DecoderModel(Path(spec.draft_model_path), self.target.dtype)
             if draft.cfg.vocab_size != cfg.vocab_size:
                 raise EngineConfigError(
                     f"draft model {spec.draft_model_path} has vocab_size {draft.cfg.vocab_size}, "
