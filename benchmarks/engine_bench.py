@@ -195,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--target", type=Path, help="target model dir (default: random weights of the default preset's shape)")
     ap.add_argument("--draft", type=Path, help="draft model dir (required with --target)")
     ap.add_argument("--threads", type=int, default=1, help="torch threads for both engines (1 is faster on a shared 2-core box)")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights/activations, for both engines")
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", default="1,2,3")
@@ -216,16 +217,17 @@ def main(argv: list[str] | None = None) -> None:
     N = args.new_tokens
     settings: dict[str, SpecConfig | None] = {"none": None}
     settings.update({f"steps{k}": SpecConfig("STANDALONE", k, 1, k + 1, args.draft) for k in steps})
-    engines = {name: Engine(args.target, spec, max_c, 0, num_threads=args.threads) for name, spec in settings.items()}
+    engines = {name: Engine(args.target, spec, max_c, 0, num_threads=args.threads, dtype=args.dtype)
+               for name, spec in settings.items()}
     for e in engines.values():
         e.start()
     vocab = engines["none"].vocab_size
-    report = [f"# Engine benchmark\n\nPair: `{args.target}` + `{args.draft}` ({source}). Threads: {args.threads}. "
+    report = [f"# Engine benchmark\n\nPair: `{args.target}` + `{args.draft}` ({source}). Threads: {args.threads}. dtype: {args.dtype}. "
               f"New tokens: {N}. Repeats: {args.repeats} (median). Engine driven in-process (threads), not over HTTP."]
     try:
         from transformers import AutoModelForCausalLM
 
-        hf = AutoModelForCausalLM.from_pretrained(args.target).eval()
+        hf = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).eval()
         synth = make_prompts(args.target, max_c, realistic=False, vocab=vocab)
         real = make_prompts(args.target, max_c, realistic=True, vocab=vocab)
         greedy = SamplingParams(temperature=0.0, max_new_tokens=N, ignore_eos=True)
