@@ -107,11 +107,11 @@ def get_moe_config(E: int, N: int, M: int) -> dict:
 
 def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax-then-top-k routing as Qwen3-MoE does; returns (weights [M, k], expert ids [M, k])."""
+    if renormalize:  # softmax, top-k, renormalise == softmax over the top-k logits (two ops, not four)
+        top, ids = torch.topk(router_logits, top_k, dim=-1)
+        return torch.softmax(top, dim=-1, dtype=torch.float32), ids
     probs = torch.softmax(router_logits, dim=-1, dtype=torch.float32)
-    weights, ids = torch.topk(probs, top_k, dim=-1)
-    if renormalize:
-        weights = weights / weights.sum(dim=-1, keepdim=True)
-    return weights, ids
+    return torch.topk(probs, top_k, dim=-1)
 
 
 def _expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
@@ -177,6 +177,10 @@ def fused_moe(
     weights, ids = route(router_logits, top_k, renormalize)
     weights = weights.to(hidden.dtype)
     out = torch.zeros_like(hidden)
-    for s in range(0, hidden.shape[0], block_m):
+    M = hidden.shape[0]
+    if M <= block_m:  # one block: skip the slicing (decode at small batch is overhead-bound)
+        kernel(hidden, weights, ids, w13, w2, out)
+        return out
+    for s in range(0, M, block_m):
         kernel(hidden[s : s + block_m], weights[s : s + block_m], ids[s : s + block_m], w13, w2, out[s : s + block_m])
     return out
