@@ -3,10 +3,13 @@
 The server codes against these names only. The engine itself is
 `workflow_scripts.engine.scheduler.Engine`:
 
-    Engine(model_path, spec, max_running_requests, random_seed, context_length=None)
+    Engine(model_path, spec, max_running_requests, random_seed, context_length=None,
+           num_threads=None,   # torch threads; None => $SPECSTUDY_ENGINE_THREADS, else torch's default
+           dtype="auto")       # SGLang's --dtype: auto (config.json's), float32 or bfloat16
     .vocab_size, .eos_token_ids, .context_length
     .start() / .stop()
-    .submit(rid, input_ids, params, sink)   # thread-safe; sink(TokenEvent) is called from the engine thread
+    .submit(rid, input_ids, params, sink)   # thread-safe; sink(TokenEvent) is called from the engine thread;
+                                            # raises ValueError naming the field (empty/too long prompt, bad ids/params)
     .abort(rid)                             # thread-safe; frees the slot and emits ONE final event with
                                             # finish_reason {"type": "abort", ...}, unless rid already finished
                                             # (then nothing happens)
