@@ -120,9 +120,10 @@ def run_tuner(argv: list[str], env: dict[str, str], workdir: Path, M: int, timeo
 
 
 def tune_shard_sglang(*, python: str, tuner_dir: Path, model: str, shape: MoeShape, tp_size: int, ep_size: int,
-                      batch_sizes: list[int], search: str, seed: int, gpu: int, timeout_s: float) -> dict:
-    """Tune `batch_sizes` on GPU `gpu`; the shard record (same layout as the CPU tuner's)."""
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}
+                      batch_sizes: list[int], search: str, seed: int, gpu: int | None, timeout_s: float) -> dict:
+    """Tune `batch_sizes` on GPU `gpu` (None: the GPU the scheduler gave this job); the shard record (same layout
+    as the CPU tuner's)."""
+    env = dict(os.environ) if gpu is None else {**os.environ, "CUDA_VISIBLE_DEVICES": str(gpu)}
     info = probe(python, env)
     space = full_space(python, tuner_dir) if search == "halving" else None
     results: dict[int, dict] = {}

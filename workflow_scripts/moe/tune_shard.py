@@ -11,6 +11,8 @@ CLI: python -m workflow_scripts.moe.tune_shard --engine embedded|sglang --model 
 from __future__ import annotations
 
 import argparse
+import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from workflow_scripts.moe.atomic import write_json_atomic
@@ -64,7 +66,11 @@ def tune_sglang(args: argparse.Namespace, batch_sizes: list[int]) -> dict:
         raise SystemExit(f"moe.search: halving needs the tuner's --search-space-file, which {script} lacks "
                          "(older SGLang); set moe.search: exhaustive")
     shape = read_moe_shape(args.model, args.tp_size, args.ep_size)
-    with gpu_slot(args.lock_dir, args.gpus, args.shard % args.gpus, args.timeout_s) as gpu:
+    # Under Slurm the job already owns the GPU it was given (CUDA_VISIBLE_DEVICES is set): locks on the shared
+    # filesystem would serialise every shard of the cluster on one file.
+    slot = nullcontext(None) if "SLURM_JOB_ID" in os.environ else gpu_slot(
+        args.lock_dir, args.gpus, args.shard % args.gpus, args.timeout_s)
+    with slot as gpu:
         record = tune_shard_sglang(
             python=args.python, tuner_dir=args.tuner_dir, model=str(args.model), shape=shape,
             tp_size=args.tp_size, ep_size=args.ep_size, batch_sizes=batch_sizes, search=args.search,
