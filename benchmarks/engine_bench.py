@@ -20,6 +20,7 @@ each repeat, and the median over repeats is reported, so machine noise hits all 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import statistics
 import sys
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--out", type=Path, help="also write the markdown report here")
     args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)  # shows which MoE config is used
     if (args.target is None) != (args.draft is None):
         ap.error("--target and --draft go together")
     torch.set_num_threads(args.threads)
