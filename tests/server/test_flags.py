@@ -46,6 +46,7 @@ SPEC_CASES = {
     "bad int": (["--max-running-requests", "many"], "--max-running-requests"),
     "zero slots": (["--max-running-requests", "0"], "--max-running-requests"),
     "unknown algorithm": (["--speculative-algorithm", "EAGLE9"], "--speculative-algorithm"),
+    "unsupported dtype": (["--dtype", "float16"], "--dtype"),
     "standalone without draft": (["--speculative-algorithm", "STANDALONE"], "--speculative-draft-model-path"),
     "steps without algorithm": (["--speculative-num-steps", "2"], "--speculative-num-steps"),
     "partial spec numbers": (

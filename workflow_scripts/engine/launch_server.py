@@ -62,6 +62,7 @@ def build_state(args: ServerArgs):
         args.random_seed,
         context_length=args.context_length,
         num_threads=args.num_threads,
+        dtype=args.dtype,
     )
     config = json.loads((Path(args.model_path) / "config.json").read_text())
     state = ServerState(

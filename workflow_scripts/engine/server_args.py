@@ -42,6 +42,7 @@ class ServerArgs:
     log_level: str
     context_length: int | None
     num_threads: int | None
+    dtype: str
     speculative_algorithm: str | None
     speculative_draft_model_path: str | None
     speculative_num_steps: int | None
@@ -87,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--context-length", type=int, default=None, help="default: the model's max_position_embeddings")
     p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (ours, not SGLang's)")
+    p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
+                   help="weights and activations; auto = config.json's torch_dtype (float32 for the built pair)")
     p.add_argument("--speculative-algorithm", default=None, choices=SPEC_ALGORITHMS)
     p.add_argument("--speculative-draft-model-path", default=None)
     p.add_argument("--speculative-num-steps", type=int, default=None)
@@ -191,6 +194,7 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
         log_level=ns.log_level,
         context_length=ns.context_length,
         num_threads=ns.num_threads,
+        dtype=ns.dtype,
         speculative_algorithm=ns.speculative_algorithm,
         speculative_draft_model_path=ns.speculative_draft_model_path,
         speculative_num_steps=steps,
