@@ -90,7 +90,7 @@ def metadata_outputs(results: str) -> dict[str, Any]:
     return {
         "json": f"{results}/metadata/study.json",
         "html": report(f"{results}/metadata/study.html", caption="../report/metadata.rst",
-                       category="5 Study metadata",
+                       category="7 Study metadata",
                        labels={"item": "config, packages, hardware, model, git", "format": "text"}),
     }
 
