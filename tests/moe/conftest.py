@@ -2,13 +2,33 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from workflow_scripts.moe.patch_tuner import TUNER_SUBDIR
+
 FIXTURES = Path(__file__).parent / "fixtures"
-CHECKOUTS = FIXTURES / "checkouts"
 MODELS = FIXTURES / "models"
+
+
+def _assemble_checkouts() -> Path:
+    """Three SGLang source trees that differ only in common_utils.py (v0.5.9's buggy shape, the upstream fix, and a
+    shape the patcher must refuse), around one stand-in tuner with SGLang's CLI."""
+    root = Path(tempfile.mkdtemp(prefix="sglang-checkouts-"))
+    atexit.register(shutil.rmtree, root, True)
+    for kind in ("buggy", "fixed", "unknown"):
+        tuner = root / kind / TUNER_SUBDIR
+        tuner.mkdir(parents=True)
+        shutil.copy(FIXTURES / "tuner" / "tuning_fused_moe_triton.py", tuner)
+        shutil.copy(FIXTURES / "tuner" / f"common_utils_{kind}.py", tuner / "common_utils.py")
+    return root
+
+
+CHECKOUTS = _assemble_checkouts()
 
 
 @pytest.fixture(scope="session")
