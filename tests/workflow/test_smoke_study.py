@@ -15,12 +15,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from snakemake.utils import validate
 
 from tests.workflow.snakemake_run import REPO, planned_jobs, planned_wildcards, snakemake
 from workflow_scripts.analysis.browser_check import check_report
 from workflow_scripts.client.plan import cell_sizes
 
 SMOKE = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+SMOKE_VALIDATED = copy.deepcopy(SMOKE)
+validate(SMOKE_VALIDATED, str(REPO / "config" / "schema.yaml"), set_default=True)
 SPECULATING = [name for name, s in SMOKE["settings"].items() if s.get("speculative_algorithm")]
 
 
@@ -56,9 +59,7 @@ def test_every_request_accounted_for_and_values_sane(study):
     cells = frames.groupby(["setting", "workload", "concurrency", "repeat"])
     assert cells.ngroups == len(SMOKE["settings"]) * len(SMOKE["workloads"]) * 2 * SMOKE["benchmark"]["repeats"]
     for (setting, workload, c, repeat), cell in cells:
-        warmup, measured = cell_sizes(
-            {"benchmark": dict(SMOKE["benchmark"], requests_per_cell=SMOKE["benchmark"]["requests_per_cell"])}, c
-        )
+        warmup, measured = cell_sizes(SMOKE_VALIDATED, c)
         sent = warmup + measured
         completed = int(cell.error.isna().sum())
         errored = int(cell.error.notna().sum())
