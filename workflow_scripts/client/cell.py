@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from workflow_scripts.client.prompts import Prompt
-from workflow_scripts.client.requests import RequestRecord, send
+from workflow_scripts.client.streaming import RequestRecord, send
 
 
 @dataclass(frozen=True)
