@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pandas as pd
 import pyarrow as pa
@@ -95,20 +96,31 @@ def cell_frame(result: CellResult, setting: str, workload: str, wl: dict, concur
     return df[RECORD_SCHEMA.names]
 
 
+class Cell(NamedTuple):
+    """One cell to measure, and where its cached records live."""
+
+    workload: str
+    spec: dict  # the workload's config
+    concurrency: int
+    repeat: int
+    plan: CellPlan
+    path: Path
+
+
 def server_spec(plan: dict, target: Path, draft: Path | None, threads: int) -> ServerSpec:
     server = plan["server"]
     common = dict(
         engine=plan["engine"],
+        model_path=str(target),
+        draft_path=str(draft) if draft else None,
         host=server["host"],
         max_running_requests=server["max_running_requests"],
         random_seed=server["random_seed"],
     )
     if plan["engine"] == "embedded":
-        return ServerSpec(model_path=str(target), draft_path=str(draft), num_threads=server["num_threads"] or threads, **common)
+        return ServerSpec(num_threads=server["num_threads"] or threads, **common)
     sg = plan["sglang"]
     return ServerSpec(
-        model_path=str(target),
-        draft_path=str(draft) if draft else None,
         sglang_python=sg["python"],
         tp_size=sg["tp_size"],
         mem_fraction_static=sg["mem_fraction_static"],
@@ -116,10 +128,10 @@ def server_spec(plan: dict, target: Path, draft: Path | None, threads: int) -> S
     )
 
 
-def server_env(plan: dict, moe_installed: Path | None) -> dict[str, str | None]:
+def server_env(plan: dict, installed: dict | None) -> dict[str, str | None]:
     """`moe_config: tuned` points the server at the installed configs; `default` makes sure it sees none."""
     env: dict[str, str | None] = dict(plan["server"]["env"])
-    env["SGLANG_MOE_CONFIG_DIR"] = json.loads(moe_installed.read_text())["config_dir"] if moe_installed else None
+    env["SGLANG_MOE_CONFIG_DIR"] = installed["config_dir"] if installed else None
     return env
 
 
@@ -129,10 +141,10 @@ def run(args: argparse.Namespace) -> None:
     tuned = setting_args.get("moe_config") == "tuned"
     if tuned and args.moe_installed is None:
         raise SystemExit(f"settings.{setting}.moe_config is tuned but no --moe-installed file was given")
-    moe_installed = args.moe_installed if tuned else None
+    installed = json.loads(args.moe_installed.read_text()) if tuned else None
     fingerprint = {
         "model": model_fingerprint(args.target, args.draft, plan["engine"]),
-        "moe": sha256_file(Path(json.loads(moe_installed.read_text())["file"])) if moe_installed else "default",
+        "moe": sha256_file(Path(installed["file"])) if installed else "default",
         "args": setting_args,
         "engine": plan["engine"],
         "api": plan["api"],
@@ -147,29 +159,30 @@ def run(args: argparse.Namespace) -> None:
                 key_src = json.dumps([fingerprint, workload, wl, c, warmup, measured, repeat], sort_keys=True)
                 key = hashlib.sha256(key_src.encode()).hexdigest()[:20]
                 path = args.cells_dir / f"{workload}-c{c}-r{repeat}-{key}.parquet"
-                cells.append((workload, wl, c, repeat, CellPlan(c, warmup, measured, plan["api"], plan["request_timeout_s"]), path))
-    todo = [cell for cell in cells if not cell[-1].is_file()]
+                cell_plan = CellPlan(c, warmup, measured, plan["api"], plan["request_timeout_s"])
+                cells.append(Cell(workload, wl, c, repeat, cell_plan, path))
+    todo = [cell for cell in cells if not cell.path.is_file()]
     log.info("setting %s: %d cells, %d cached, %d to measure", setting, len(cells), len(cells) - len(todo), len(todo))
     if todo:
-        measure(plan, args, todo, moe_installed)
-    frames = [pd.read_parquet(cell[-1]) for cell in cells]
+        measure(plan, args, todo, installed)
+    frames = [pd.read_parquet(cell.path) for cell in cells]
     write_parquet_atomic(pd.concat(frames, ignore_index=True), args.out)
     log.info("wrote %s", args.out)
 
 
-def measure(plan: dict, args: argparse.Namespace, todo: list, moe_installed: Path | None) -> None:
+def measure(plan: dict, args: argparse.Namespace, todo: list[Cell], installed: dict | None) -> None:
     setting = plan["setting"]
     spec = server_spec(plan, args.target, args.draft, args.threads)
     port = free_port(spec.host)
     argv = build_command(spec, plan["args"], port)
     url = f"http://{spec.host}:{port}"
     prompts = {wl_name: build_prompts(wl, args.target) for wl_name, wl in plan["workloads"].items()}
-    env = server_env(plan, moe_installed)
+    env = server_env(plan, installed)
     with ServerProcess(argv, args.server_log, url, plan["server"]["startup_timeout_s"], env) as server:
-        if moe_installed:
+        if installed:
             from workflow_scripts.moe.verify import check_loaded
 
-            check_loaded(server.log_since_start(), Path(json.loads(moe_installed.read_text())["file"]))
+            check_loaded(server.log_since_start(), Path(installed["file"]))
         for workload, wl, c, repeat, cell_plan, path in tqdm(todo, desc=f"{setting} cells", unit="cell"):
             tag = f"{setting}-{workload}-c{c}-r{repeat}"
             result = run_cell(url, cell_plan, prompts[workload], sampling_params(wl), tag)
