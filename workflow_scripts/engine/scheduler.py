@@ -23,6 +23,7 @@ from workflow_scripts.engine.model import DecoderModel
 from workflow_scripts.engine.sampling import RowParams, choose_tokens, sampling_probs, speculative_accept
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, StandaloneDrafter, pad_rows
 from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
+from workflow_scripts.speculation_rules import NUMBER_KEYS, speculation_problem
 
 logger = logging.getLogger(__name__)
 
@@ -66,11 +67,10 @@ def validate_spec(spec: SpecConfig) -> None:
         raise EngineConfigError(f"--speculative-num-steps must be >= 1, got {spec.num_steps}")
     if spec.eagle_topk != 1:
         raise EngineConfigError(f"--speculative-eagle-topk {spec.eagle_topk} is not supported (only 1)")
-    if spec.num_draft_tokens != spec.num_steps + 1:
-        raise EngineConfigError(
-            f"--speculative-num-draft-tokens must equal --speculative-num-steps + 1 with topk 1, "
-            f"got {spec.num_draft_tokens} with {spec.num_steps} steps"
-        )
+    numbers = dict(zip(NUMBER_KEYS, (spec.num_steps, spec.eagle_topk, spec.num_draft_tokens)))
+    problem = speculation_problem(spec.algorithm, numbers, spec.draft_model_path)
+    if problem:
+        raise EngineConfigError(problem)
     if spec.algorithm == "STANDALONE" and spec.draft_model_path is None:
         raise EngineConfigError("--speculative-draft-model-path is required for STANDALONE")
     if spec.algorithm == "NGRAM" and spec.draft_model_path is not None:

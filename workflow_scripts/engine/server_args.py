@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from workflow_scripts.engine.types import SpecConfig
+from workflow_scripts.speculation_rules import speculation_problem
 
 SPEC_ALGORITHMS = ("STANDALONE", "NGRAM")
 # SGLang's `_auto_choose_speculative_params` answers (steps 3, topk 1, draft tokens 4) for STANDALONE and for
@@ -125,39 +126,22 @@ def _check_positive(ns: argparse.Namespace, name: str, minimum: int = 1) -> None
 
 def _resolve_speculation(ns: argparse.Namespace) -> tuple[int | None, int | None, int | None]:
     """SGLang's rules: all three numbers or none (then defaults), topk 1 only here, draft tokens = steps + 1."""
-    numbers = {
-        "--speculative-num-steps": ns.speculative_num_steps,
-        "--speculative-eagle-topk": ns.speculative_eagle_topk,
-        "--speculative-num-draft-tokens": ns.speculative_num_draft_tokens,
-    }
-    given = [flag for flag, value in numbers.items() if value is not None]
+    steps, topk, draft_tokens = ns.speculative_num_steps, ns.speculative_eagle_topk, ns.speculative_num_draft_tokens
+    problem = speculation_problem(ns.speculative_algorithm, vars(ns), ns.speculative_draft_model_path)
+    if problem:
+        raise ServerArgsError(problem)
     if ns.speculative_algorithm is None:
-        extra = given + (["--speculative-draft-model-path"] if ns.speculative_draft_model_path else [])
-        if extra:
-            raise ServerArgsError(f"{extra[0]} is set but --speculative-algorithm is not")
         return None, None, None
     if ns.speculative_algorithm == "STANDALONE" and not ns.speculative_draft_model_path:
         raise ServerArgsError("--speculative-draft-model-path is required with --speculative-algorithm STANDALONE")
     if ns.speculative_algorithm == "NGRAM" and ns.speculative_draft_model_path:
         raise ServerArgsError("--speculative-draft-model-path must not be set with --speculative-algorithm NGRAM")
-    if not given:
+    if steps is None:
         return DEFAULT_SPEC_STEPS, DEFAULT_SPEC_TOPK, DEFAULT_SPEC_DRAFT_TOKENS
-    if len(given) != len(numbers):
-        missing = [flag for flag in numbers if flag not in given]
-        raise ServerArgsError(
-            "set --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens "
-            f"together or not at all (missing: {', '.join(missing)})"
-        )
-    steps, topk, draft_tokens = ns.speculative_num_steps, ns.speculative_eagle_topk, ns.speculative_num_draft_tokens
     if steps < 1:
         raise ServerArgsError(f"--speculative-num-steps must be >= 1, got {steps}")
     if topk != 1:
         raise ServerArgsError(f"--speculative-eagle-topk {topk} is not supported by the embedded engine (only 1)")
-    if draft_tokens != steps + 1:
-        raise ServerArgsError(
-            f"--speculative-num-draft-tokens must be --speculative-num-steps + 1 = {steps + 1} with "
-            f"--speculative-eagle-topk 1, got {draft_tokens}"
-        )
     return steps, topk, draft_tokens
 
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
+from workflow_scripts.speculation_rules import NUMBER_KEYS, as_flag, speculation_problem
+
 # Setting keys that become server flags, in the order SGLang's docs list them.
-SPEC_KEYS = (
-    "speculative_algorithm",
-    "speculative_num_steps",
-    "speculative_eagle_topk",
-    "speculative_num_draft_tokens",
-)
+SPEC_KEYS = ("speculative_algorithm", *NUMBER_KEYS)
 # Setting keys that are study-side, not server flags.
 STUDY_KEYS = ("moe_config", "workloads", "extra_args", "speculative_draft_model_path", "max_running_requests")
 ALGORITHMS_WITH_DRAFT = ("STANDALONE", "EAGLE", "EAGLE3")
@@ -27,35 +24,15 @@ class SettingError(ValueError):
 
 
 def check_setting(name: str, setting: dict) -> None:
-    """Apply SGLang's speculation-flag rules before any server starts.
-
-    SGLang wants steps, topk and draft tokens set all together or not at all, and with topk 1 the number of
-    draft tokens must be steps + 1 (see `ServerArgs._handle_speculative_decoding`).
-    """
+    """Apply SGLang's speculation-flag rules (workflow_scripts.speculation_rules) before any server starts."""
     unknown = set(setting) - set(SPEC_KEYS) - set(STUDY_KEYS)
     if unknown:
         raise SettingError(f"settings.{name}: unknown key(s) {sorted(unknown)}; allowed: {sorted(SPEC_KEYS + STUDY_KEYS)}")
-    algorithm = setting.get("speculative_algorithm")
-    numeric = {k: setting.get(k) for k in SPEC_KEYS[1:]}
-    given = [k for k, v in numeric.items() if v is not None]
-    if algorithm is None:
-        extra = given + (["speculative_draft_model_path"] if setting.get("speculative_draft_model_path") else [])
-        if extra:
-            raise SettingError(f"settings.{name}: {extra[0]} is set but speculative_algorithm is not")
-        return
-    if given and len(given) != len(numeric):
-        missing = sorted(set(numeric) - set(given))
-        raise SettingError(
-            f"settings.{name}: set speculative_num_steps, speculative_eagle_topk and "
-            f"speculative_num_draft_tokens together or not at all (missing: {', '.join(missing)})"
-        )
-    if given and numeric["speculative_eagle_topk"] == 1:
-        expected = numeric["speculative_num_steps"] + 1
-        if numeric["speculative_num_draft_tokens"] != expected:
-            raise SettingError(
-                f"settings.{name}: speculative_num_draft_tokens must be speculative_num_steps + 1 = {expected} "
-                f"with speculative_eagle_topk 1, got {numeric['speculative_num_draft_tokens']}"
-            )
+    problem = speculation_problem(
+        setting.get("speculative_algorithm"), setting, setting.get("speculative_draft_model_path"), name=str
+    )
+    if problem:
+        raise SettingError(f"settings.{name}: {problem}")
 
 
 @dataclass(frozen=True)
@@ -74,10 +51,6 @@ class ServerSpec:
     mem_fraction_static: float | None = None
 
 
-def _flag(key: str) -> str:
-    return "--" + key.replace("_", "-")
-
-
 def build_command(spec: ServerSpec, setting: dict, port: int) -> list[str]:
     """The full argv of the server for one setting; `--max-running-requests` is always set (SGLang resets it
     to 48 under speculation otherwise, which would silently cap a concurrency sweep)."""
@@ -94,7 +67,7 @@ def build_command(spec: ServerSpec, setting: dict, port: int) -> list[str]:
     if algorithm:
         for key in SPEC_KEYS:
             if setting.get(key) is not None:
-                argv += [_flag(key), str(setting[key])]
+                argv += [as_flag(key), str(setting[key])]
         if algorithm in ALGORITHMS_WITH_DRAFT:
             draft = setting.get("speculative_draft_model_path") or spec.draft_path
             if not draft:
