@@ -13,13 +13,20 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 
 
+def snakemake_env() -> dict[str, str]:
+    """The repo importable and this venv's Python first on PATH (the rules run `python -m ...`)."""
+    return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+
+
+def snakemake_argv(workdir: Path, configfile: Path, *args: str) -> list[str]:
+    return [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(configfile), *args]
+
+
 def snakemake(workdir: Path, config: dict, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
     """`snakemake --configfile <workdir>/study.yaml -d <workdir> ...` with the repo importable."""
     cfg = workdir / "study.yaml"
     cfg.write_text(yaml.safe_dump(config, sort_keys=False))
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), "--configfile", str(cfg), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(snakemake_argv(workdir, cfg, *args), capture_output=True, text=True, timeout=timeout, env=snakemake_env())
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc

@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from tests.workflow.snakemake_run import REPO, planned_jobs, planned_wildcards, snakemake
+from tests.workflow.snakemake_run import REPO, planned_jobs, planned_wildcards, snakemake, snakemake_argv, snakemake_env
 from workflow_scripts.analysis.browser_check import check_report
 from workflow_scripts.client.plan import cell_sizes
 
@@ -132,10 +131,9 @@ def test_interrupted_run_redoes_only_the_incomplete_job(study):
     config["settings"]["steps3"] = dict(config["settings"]["steps2"], speculative_num_steps=3, speculative_num_draft_tokens=4)
     cfg = study / "interrupted.yaml"
     cfg.write_text(yaml.safe_dump(config))
-    env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1", PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(study), "--configfile", str(cfg), "--cores", "2"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        snakemake_argv(study, cfg, "--cores", "2"),
+        env=snakemake_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     cells_dir = results(study) / "cells" / "steps3"
     deadline = time.monotonic() + 180
