@@ -19,8 +19,8 @@ def moe_dir(tmp_path, monkeypatch):
     fm.get_moe_configs.cache_clear()
 
 
-def reference_moe(hidden, logits, w13, w2, top_k, renormalize):
-    """Token-by-token definition: softmax, top-k, optional renormalisation, weighted expert sum."""
+def reference_moe(hidden, logits, gate_w, up_w, down_w, top_k, renormalize):
+    """Token-by-token definition on HF-layout expert weights: softmax, top-k, renormalisation, weighted sum."""
     probs = torch.softmax(logits, -1)
     out = torch.zeros_like(hidden)
     for m in range(hidden.shape[0]):
@@ -28,8 +28,8 @@ def reference_moe(hidden, logits, w13, w2, top_k, renormalize):
         if renormalize:
             w = w / w.sum()
         for weight, e in zip(w, ids):
-            gate, up = (w13[e] @ hidden[m]).chunk(2)
-            out[m] += weight * (w2[e] @ (torch.nn.functional.silu(gate) * up))
+            gate, up = gate_w[e] @ hidden[m], up_w[e] @ hidden[m]
+            out[m] += weight * (down_w[e] @ (torch.nn.functional.silu(gate) * up))
     return out
 
 
@@ -40,9 +40,10 @@ def test_every_config_matches_reference(M, renormalize):
     E, H, N, top_k = 8, 16, 12, 3
     hidden = torch.randn(M, H, generator=g)
     logits = torch.randn(M, E, generator=g)
-    w13 = torch.randn(E, 2 * N, H, generator=g) * 0.3
-    w2 = torch.randn(E, H, N, generator=g) * 0.3
-    ref = reference_moe(hidden, logits, w13, w2, top_k, renormalize)
+    gate_w, up_w = (list(torch.randn(E, N, H, generator=g) * 0.3) for _ in range(2))
+    down_w = list(torch.randn(E, H, N, generator=g) * 0.3)
+    ref = reference_moe(hidden, logits, gate_w, up_w, down_w, top_k, renormalize)
+    w13, w2 = fm.pack_experts(gate_w, up_w, down_w)
     assert ref.abs().max() > 0.1  # non-trivial output, so agreement means something
     for config in fm.search_space():
         got = fm.fused_moe(hidden, logits, w13, w2, top_k, renormalize, config)

@@ -23,7 +23,7 @@ def test_checkpoint_weights_are_loaded_in_the_engine_layout(tiny_moe_model):
     shape = read_moe_shape(tiny_moe_model)
     weights = load_layer_weights(tiny_moe_model, shape, seed=0)
     assert weights.source.endswith("layer 0")
-    assert tuple(weights.w13.shape) == (4, 16, 16) and tuple(weights.w2.shape) == (4, 16, 8)
+    assert tuple(weights.w13.shape) == (4, 16, 16) and tuple(weights.w2.shape) == (4, 8, 16)
     assert weights.gate is not None and tuple(weights.gate.shape) == (4, 16)
 
 

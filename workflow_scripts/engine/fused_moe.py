@@ -114,9 +114,21 @@ def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[t
     return torch.topk(probs, top_k, dim=-1)
 
 
+def pack_experts(gate: list[torch.Tensor], up: list[torch.Tensor], down: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Stack per-expert HF weights ([out, in] each) into the kernels' input-major layout.
+
+    w13 [E, H, 2N] (gate columns, then up) and w2 [E, N, H]: `x @ w` on [in, out] weights runs MKL's
+    non-transposed GEMV/small-GEMM path, which reads cold expert weights about 1.5x faster at 1-3
+    tokens per expert than `F.linear` on [out, in] (README, "Embedded engine").
+    """
+    w13 = torch.stack([torch.cat([g, u]).t() for g, u in zip(gate, up)]).contiguous()
+    w2 = torch.stack([d.t() for d in down]).contiguous()
+    return w13, w2
+
+
 def _expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    gate, up = F.linear(x, w13).chunk(2, dim=-1)
-    return F.linear(F.silu(gate) * up, w2)
+    gate, up = (x @ w13).chunk(2, dim=-1)
+    return (F.silu(gate) * up) @ w2
 
 
 def _loop(hidden, weights, ids, w13, w2, out) -> None:
@@ -149,9 +161,9 @@ def _gather_bmm(hidden, weights, ids, w13, w2, out) -> None:
     """Gather each (token, expert) pair's weights and run one batched matmul (copies the weights)."""
     M, top_k = ids.shape
     flat = ids.reshape(-1)
-    x = hidden.repeat_interleave(top_k, dim=0).unsqueeze(-1)  # [M*k, H, 1]
-    gate, up = torch.bmm(w13[flat], x).squeeze(-1).chunk(2, dim=-1)
-    y = torch.bmm(w2[flat], (F.silu(gate) * up).unsqueeze(-1)).squeeze(-1)  # [M*k, H]
+    x = hidden.repeat_interleave(top_k, dim=0).unsqueeze(1)  # [M*k, 1, H]
+    gate, up = torch.bmm(x, w13[flat]).squeeze(1).chunk(2, dim=-1)
+    y = torch.bmm((F.silu(gate) * up).unsqueeze(1), w2[flat]).squeeze(1)  # [M*k, H]
     out += (y * weights.reshape(-1, 1)).view(M, top_k, -1).sum(dim=1)
 
 
@@ -169,7 +181,7 @@ def fused_moe(
 ) -> torch.Tensor:
     """Route M tokens to top_k of E experts and sum their SiLU-gated MLP outputs.
 
-    hidden [M, H], router_logits [M, E], w13 [E, 2N, H] (gate rows then up rows), w2 [E, H, N].
+    hidden [M, H], router_logits [M, E], w13 [E, H, 2N] and w2 [E, N, H] as `pack_experts` lays them out.
     `config` = {"strategy": one of STRATEGIES, "block_m": tokens per chunk}.
     """
     kernel = _KERNELS[config["strategy"]]

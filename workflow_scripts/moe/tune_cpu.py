@@ -33,8 +33,8 @@ _EXPERT_KEY = re.compile(r"layers\.0\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|do
 class LayerWeights:
     """One MoE layer's weights in the engine's layout, and where they came from."""
 
-    w13: torch.Tensor  # [E, 2N, H]
-    w2: torch.Tensor  # [E, H, N]
+    w13: torch.Tensor  # [E, H, 2N]
+    w2: torch.Tensor  # [E, N, H]
     gate: torch.Tensor | None  # router [E, H], when the checkpoint has it
     source: str
 
@@ -42,8 +42,8 @@ class LayerWeights:
 def _random_weights(shape: MoeShape, dtype: torch.dtype, seed: int, why: str) -> LayerWeights:
     gen = torch.Generator().manual_seed(seed)
     E, N, H = shape.num_experts, shape.shard_n, shape.hidden_size
-    w13 = torch.randn(E, 2 * N, H, generator=gen, dtype=torch.float32).mul_(H**-0.5).to(dtype)
-    w2 = torch.randn(E, H, N, generator=gen, dtype=torch.float32).mul_(N**-0.5).to(dtype)
+    w13 = torch.randn(E, H, 2 * N, generator=gen, dtype=torch.float32).mul_(H**-0.5).to(dtype)
+    w2 = torch.randn(E, N, H, generator=gen, dtype=torch.float32).mul_(N**-0.5).to(dtype)
     return LayerWeights(w13, w2, None, f"random ({why})")
 
 
@@ -68,9 +68,8 @@ def load_layer_weights(model_dir: Path, shape: MoeShape, seed: int) -> LayerWeig
     E = shape.num_experts
     if len(parts) != 3 * E:
         return _random_weights(shape, dtype, seed, f"{model_dir}: no per-expert layer-0 weights in a known layout")
-    w13 = torch.stack([torch.cat([parts[(e, "gate_proj")], parts[(e, "up_proj")]]) for e in range(E)])
-    w2 = torch.stack([parts[(e, "down_proj")] for e in range(E)])
-    expected = {(E, 2 * shape.shard_n, shape.hidden_size), (E, shape.hidden_size, shape.shard_n)}
+    w13, w2 = engine_moe.pack_experts(*([parts[(e, proj)] for e in range(E)] for proj in ("gate_proj", "up_proj", "down_proj")))
+    expected = {(E, shape.hidden_size, 2 * shape.shard_n), (E, shape.shard_n, shape.hidden_size)}
     if {tuple(w13.shape), tuple(w2.shape)} != expected:
         raise ValueError(f"{model_dir}: layer-0 expert weights {tuple(w13.shape)}, {tuple(w2.shape)} do not match config.json")
     return LayerWeights(w13.to(dtype), w2.to(dtype), None if gate is None else gate.to(dtype), f"{model_dir} layer 0")
