@@ -43,10 +43,10 @@ def test_every_config_matches_reference(M, renormalize):
     gate_w, up_w = (list(torch.randn(E, N, H, generator=g) * 0.3) for _ in range(2))
     down_w = list(torch.randn(E, H, N, generator=g) * 0.3)
     ref = reference_moe(hidden, logits, gate_w, up_w, down_w, top_k, renormalize)
-    w13, w2 = fm.pack_experts(gate_w, up_w, down_w)
+    experts = fm.pack_experts(gate_w, up_w, down_w)
     assert ref.abs().max() > 0.1  # non-trivial output, so agreement means something
     for config in fm.search_space():
-        got = fm.fused_moe(hidden, logits, w13, w2, top_k, renormalize, config)
+        got = fm.fused_moe(hidden, logits, experts, top_k, renormalize, config)
         torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4, msg=lambda m: f"{config}: {m}")
 
 

@@ -23,7 +23,8 @@ def test_checkpoint_weights_are_loaded_in_the_engine_layout(tiny_moe_model):
     shape = read_moe_shape(tiny_moe_model)
     weights = load_layer_weights(tiny_moe_model, shape, seed=0)
     assert weights.source.endswith("layer 0")
-    assert tuple(weights.w13.shape) == (4, 16, 16) and tuple(weights.w2.shape) == (4, 8, 16)
+    assert tuple(weights.experts.w13.shape) == (4, 16, 16) and tuple(weights.experts.w2.shape) == (4, 8, 16)
+    assert weights.experts.num_experts == 4 and weights.experts.down[0].out_features == 16
     assert weights.gate is not None and tuple(weights.gate.shape) == (4, 16)
 
 
@@ -32,7 +33,7 @@ def test_random_weights_when_there_is_no_checkpoint():
     weights = load_layer_weights(MODELS / "qwen3_moe", shape, seed=0)
     assert weights.source.startswith("random (no *.safetensors")
     again = load_layer_weights(MODELS / "qwen3_moe", shape, seed=0)
-    assert torch.equal(weights.w13, again.w13)  # seeded
+    assert torch.equal(weights.experts.w13, again.experts.w13)  # seeded
 
 
 def test_small_space_exhaustive_picks_a_measured_config(tiny_moe_model):

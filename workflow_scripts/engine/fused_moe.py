@@ -13,10 +13,13 @@ import functools
 import json
 import logging
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+
+from workflow_scripts.engine.linear import Linear
 
 logger = logging.getLogger(__name__)
 
@@ -114,37 +117,57 @@ def route(router_logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[t
     return torch.topk(probs, top_k, dim=-1)
 
 
-def pack_experts(gate: list[torch.Tensor], up: list[torch.Tensor], down: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Stack per-expert HF weights ([out, in] each) into the kernels' input-major layout.
+@dataclass(frozen=True)
+class Experts:
+    """One MoE layer's expert weights, in the two forms the strategies read.
 
-    w13 [E, H, 2N] (gate columns, then up) and w2 [E, N, H]: `x @ w` on [in, out] weights runs MKL's
-    non-transposed GEMV/small-GEMM path, which reads cold expert weights about 1.5x faster at 1-3
-    tokens per expert than `F.linear` on [out, in] (README, "Embedded engine").
+    gate_up[e] / down[e]: per-expert prepacked projections (`linear.Linear`), for the strategies that
+    run one matmul per expert ("loop", "sorted"). w13 [E, H, 2N] (gate columns, then up) and
+    w2 [E, N, H]: dense input-major stacks, for "gather_bmm", which indexes weights per token.
     """
-    w13 = torch.stack([torch.cat([g, u]).t() for g, u in zip(gate, up)]).contiguous()
+
+    gate_up: list[Linear]
+    down: list[Linear]
+    w13: torch.Tensor
+    w2: torch.Tensor
+
+    @property
+    def num_experts(self) -> int:
+        return len(self.down)
+
+
+def pack_experts(gate: list[torch.Tensor], up: list[torch.Tensor], down: list[torch.Tensor]) -> Experts:
+    """Per-expert HF weights ([out, in] each: gate_proj, up_proj, down_proj) in both kernel forms."""
+    gate_up = [torch.cat([g, u]) for g, u in zip(gate, up)]
+    w13 = torch.stack([w.t() for w in gate_up]).contiguous()
     w2 = torch.stack([d.t() for d in down]).contiguous()
-    return w13, w2
+    return Experts(
+        gate_up=[Linear(w, input_major=w13[e]) for e, w in enumerate(gate_up)],
+        down=[Linear(d, input_major=w2[e]) for e, d in enumerate(down)],
+        w13=w13,
+        w2=w2,
+    )
 
 
-def _expert_mlp(x: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
-    gate, up = (x @ w13).chunk(2, dim=-1)
-    return (F.silu(gate) * up) @ w2
+def _expert_mlp(x: torch.Tensor, experts: Experts, e: int) -> torch.Tensor:
+    gate, up = experts.gate_up[e](x).chunk(2, dim=-1)
+    return experts.down[e](F.silu(gate) * up)
 
 
-def _loop(hidden, weights, ids, w13, w2, out) -> None:
+def _loop(hidden, weights, ids, experts: Experts, out) -> None:
     """One pass per expert that received tokens; token lookup with a mask per expert."""
     for e in torch.unique(ids).tolist():
         tok, slot = torch.where(ids == e)
-        y = _expert_mlp(hidden[tok], w13[e], w2[e]) * weights[tok, slot, None]
+        y = _expert_mlp(hidden[tok], experts, e) * weights[tok, slot, None]
         out.index_add_(0, tok, y)
 
 
-def _sorted(hidden, weights, ids, w13, w2, out) -> None:
+def _sorted(hidden, weights, ids, experts: Experts, out) -> None:
     """Sort (token, expert) pairs by expert once, then one matmul per contiguous expert segment."""
     top_k = ids.shape[1]
     flat = ids.reshape(-1)
     order = torch.argsort(flat, stable=True)
-    counts = torch.bincount(flat, minlength=w13.shape[0]).tolist()
+    counts = torch.bincount(flat, minlength=experts.num_experts).tolist()
     tok_sorted = order // top_k
     x = hidden[tok_sorted]
     w_sorted = weights.reshape(-1)[order, None]
@@ -152,18 +175,18 @@ def _sorted(hidden, weights, ids, w13, w2, out) -> None:
     start = 0
     for e, n in enumerate(counts):
         if n:
-            ys.append(_expert_mlp(x[start : start + n], w13[e], w2[e]))
+            ys.append(_expert_mlp(x[start : start + n], experts, e))
             start += n
     out.index_add_(0, tok_sorted, torch.cat(ys) * w_sorted)
 
 
-def _gather_bmm(hidden, weights, ids, w13, w2, out) -> None:
+def _gather_bmm(hidden, weights, ids, experts: Experts, out) -> None:
     """Gather each (token, expert) pair's weights and run one batched matmul (copies the weights)."""
     M, top_k = ids.shape
     flat = ids.reshape(-1)
     x = hidden.repeat_interleave(top_k, dim=0).unsqueeze(1)  # [M*k, 1, H]
-    gate, up = torch.bmm(x, w13[flat]).squeeze(1).chunk(2, dim=-1)
-    y = torch.bmm((F.silu(gate) * up).unsqueeze(1), w2[flat]).squeeze(1)  # [M*k, H]
+    gate, up = torch.bmm(x, experts.w13[flat]).squeeze(1).chunk(2, dim=-1)
+    y = torch.bmm((F.silu(gate) * up).unsqueeze(1), experts.w2[flat]).squeeze(1)  # [M*k, H]
     out += (y * weights.reshape(-1, 1)).view(M, top_k, -1).sum(dim=1)
 
 
@@ -173,15 +196,14 @@ _KERNELS = {"loop": _loop, "sorted": _sorted, "gather_bmm": _gather_bmm}
 def fused_moe(
     hidden: torch.Tensor,
     router_logits: torch.Tensor,
-    w13: torch.Tensor,
-    w2: torch.Tensor,
+    experts: Experts,
     top_k: int,
     renormalize: bool,
     config: dict,
 ) -> torch.Tensor:
     """Route M tokens to top_k of E experts and sum their SiLU-gated MLP outputs.
 
-    hidden [M, H], router_logits [M, E], w13 [E, H, 2N] and w2 [E, N, H] as `pack_experts` lays them out.
+    hidden [M, H], router_logits [M, E], experts as `pack_experts` builds them.
     `config` = {"strategy": one of STRATEGIES, "block_m": tokens per chunk}.
     """
     kernel = _KERNELS[config["strategy"]]
@@ -191,8 +213,8 @@ def fused_moe(
     out = torch.zeros_like(hidden)
     M = hidden.shape[0]
     if M <= block_m:  # one block: skip the slicing (decode at small batch is overhead-bound)
-        kernel(hidden, weights, ids, w13, w2, out)
+        kernel(hidden, weights, ids, experts, out)
         return out
     for s in range(0, M, block_m):
-        kernel(hidden[s : s + block_m], weights[s : s + block_m], ids[s : s + block_m], w13, w2, out[s : s + block_m])
+        kernel(hidden[s : s + block_m], weights[s : s + block_m], ids[s : s + block_m], experts, out[s : s + block_m])
     return out

@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from workflow_scripts.engine.fused_moe import fused_moe, get_moe_config, pack_experts
+from workflow_scripts.engine.fused_moe import Experts, fused_moe, get_moe_config, pack_experts
+from workflow_scripts.engine.linear import Linear
 from workflow_scripts.engine.types import EngineConfigError
 
 SUPPORTED_ARCHS = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
@@ -134,22 +135,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 @dataclass
 class Layer:
-    """One decoder layer's weights; the MLP is dense (w_gate_up/w_down) or MoE (router/w13/w2).
-
-    Projection weights are stored input-major ([in, out], `x @ w`), the layout `pack_experts` explains.
-    """
+    """One decoder layer's weights; the MLP is dense (gate_up/down) or MoE (router/experts)."""
 
     input_norm: torch.Tensor
     post_norm: torch.Tensor
-    w_qkv: torch.Tensor
-    w_o: torch.Tensor
+    qkv: Linear
+    o: Linear
     q_norm: torch.Tensor
     k_norm: torch.Tensor
-    w_gate_up: torch.Tensor | None = None
-    w_down: torch.Tensor | None = None
-    router: torch.Tensor | None = None
-    w13: torch.Tensor | None = None
-    w2: torch.Tensor | None = None
+    gate_up: Linear | None = None
+    down: Linear | None = None
+    router: Linear | None = None
+    experts: Experts | None = None
 
 
 class KVCache:
@@ -190,7 +187,7 @@ class DecoderModel:
         self._sd = sd
         self.embed = self._take("model.embed_tokens.weight")
         self.final_norm = self._take("model.norm.weight")
-        self.lm_head = (self.embed if cfg.tie_word_embeddings else self._take("lm_head.weight")).t().contiguous()
+        self.lm_head = Linear(self.embed if cfg.tie_word_embeddings else self._take("lm_head.weight"))
         if self.embed.shape[0] != cfg.vocab_size:
             raise EngineConfigError(f"{weights_path}: embedding rows {self.embed.shape[0]} != vocab_size {cfg.vocab_size}")
         self.layers = [self._load_layer(i) for i in range(cfg.num_layers)]
@@ -207,30 +204,30 @@ class DecoderModel:
         except KeyError as e:
             raise EngineConfigError(f"{self.path / 'model.safetensors'}: tensor {name!r} is missing") from e
 
-    def _take_in_major(self, *names: str) -> torch.Tensor:
-        """HF [out, in] projections, concatenated along out, as one [in, out] weight."""
-        return torch.cat([self._take(n) for n in names]).t().contiguous()
+    def _linear(self, *names: str) -> Linear:
+        """HF [out, in] projections, concatenated along out, as one projection."""
+        return Linear(torch.cat([self._take(n) for n in names]))
 
     def _load_layer(self, i: int) -> Layer:
         p = f"model.layers.{i}."
         layer = Layer(
             input_norm=self._take(p + "input_layernorm.weight"),
             post_norm=self._take(p + "post_attention_layernorm.weight"),
-            w_qkv=self._take_in_major(*(p + f"self_attn.{n}_proj.weight" for n in "qkv")),
-            w_o=self._take_in_major(p + "self_attn.o_proj.weight"),
+            qkv=self._linear(*(p + f"self_attn.{n}_proj.weight" for n in "qkv")),
+            o=self._linear(p + "self_attn.o_proj.weight"),
             q_norm=self._take(p + "self_attn.q_norm.weight"),
             k_norm=self._take(p + "self_attn.k_norm.weight"),
         )
         if i in self.cfg.moe_layers:
             m = p + "mlp."
             E = self.cfg.num_experts
-            layer.router = self._take_in_major(m + "gate.weight")
-            layer.w13, layer.w2 = pack_experts(
+            layer.router = self._linear(m + "gate.weight")
+            layer.experts = pack_experts(
                 *([self._take(f"{m}experts.{e}.{proj}.weight") for e in range(E)] for proj in ("gate_proj", "up_proj", "down_proj"))
             )
         else:
-            layer.w_gate_up = self._take_in_major(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
-            layer.w_down = self._take_in_major(p + "mlp.down_proj.weight")
+            layer.gate_up = self._linear(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight")
+            layer.down = self._linear(p + "mlp.down_proj.weight")
         return layer
 
     def new_cache(self, slots: int, capacity: int) -> KVCache:
@@ -275,7 +272,7 @@ class DecoderModel:
         h = F.embedding(tokens, self.embed)
         for li, layer in enumerate(self.layers):
             x = rms_norm(h, layer.input_norm, cfg.rms_norm_eps)
-            q, k, v = (x @ layer.w_qkv).split((nh * hd, nkv * hd, nkv * hd), dim=-1)
+            q, k, v = layer.qkv(x).split((nh * hd, nkv * hd, nkv * hd), dim=-1)
             q = rms_norm(q.view(B, T, nh, hd), layer.q_norm, cfg.rms_norm_eps).transpose(1, 2)
             k = rms_norm(k.view(B, T, nkv, hd), layer.k_norm, cfg.rms_norm_eps).transpose(1, 2)
             q = q * cos + q.roll(half, -1) * sin
@@ -290,19 +287,19 @@ class DecoderModel:
             keys = kc[slot_offset : slot_offset + B, :, :kv_len]
             values = vc[slot_offset : slot_offset + B, :, :kv_len]
             attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=nh != nkv)
-            h = h + attn.transpose(1, 2).reshape(B, T, nh * hd) @ layer.w_o
+            h = h + layer.o(attn.transpose(1, 2).reshape(B, T, nh * hd))
             x = rms_norm(h, layer.post_norm, cfg.rms_norm_eps)
             h = h + self._mlp(layer, x.view(B * T, -1)).view(B, T, -1)
         return rms_norm(h, self.final_norm, cfg.rms_norm_eps)
 
     def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
-        if layer.w13 is None:
-            gate, up = (x @ layer.w_gate_up).chunk(2, dim=-1)
-            return (F.silu(gate) * up) @ layer.w_down
+        if layer.experts is None:
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            return layer.down(F.silu(gate) * up)
         cfg = self.cfg
         config = get_moe_config(cfg.num_experts, cfg.moe_intermediate_size, x.shape[0])
-        return fused_moe(x, x @ layer.router, layer.w13, layer.w2, cfg.top_k, cfg.norm_topk_prob, config)
+        return fused_moe(x, layer.router(x), layer.experts, cfg.top_k, cfg.norm_topk_prob, config)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head in fp32 (sampling wants full precision)."""
-        return (hidden @ self.lm_head).float()
+        return self.lm_head(hidden).float()

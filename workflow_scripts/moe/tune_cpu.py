@@ -33,8 +33,7 @@ _EXPERT_KEY = re.compile(r"layers\.0\.mlp\.experts\.(\d+)\.(gate_proj|up_proj|do
 class LayerWeights:
     """One MoE layer's weights in the engine's layout, and where they came from."""
 
-    w13: torch.Tensor  # [E, H, 2N]
-    w2: torch.Tensor  # [E, N, H]
+    experts: engine_moe.Experts
     gate: torch.Tensor | None  # router [E, H], when the checkpoint has it
     source: str
 
@@ -42,9 +41,9 @@ class LayerWeights:
 def _random_weights(shape: MoeShape, dtype: torch.dtype, seed: int, why: str) -> LayerWeights:
     gen = torch.Generator().manual_seed(seed)
     E, N, H = shape.num_experts, shape.shard_n, shape.hidden_size
-    w13 = torch.randn(E, H, 2 * N, generator=gen, dtype=torch.float32).mul_(H**-0.5).to(dtype)
-    w2 = torch.randn(E, N, H, generator=gen, dtype=torch.float32).mul_(N**-0.5).to(dtype)
-    return LayerWeights(w13, w2, None, f"random ({why})")
+    gate, up = (list(torch.randn(E, N, H, generator=gen).mul_(H**-0.5).to(dtype)) for _ in range(2))
+    down = list(torch.randn(E, H, N, generator=gen).mul_(N**-0.5).to(dtype))
+    return LayerWeights(engine_moe.pack_experts(gate, up, down), None, f"random ({why})")
 
 
 def load_layer_weights(model_dir: Path, shape: MoeShape, seed: int) -> LayerWeights:
@@ -68,17 +67,18 @@ def load_layer_weights(model_dir: Path, shape: MoeShape, seed: int) -> LayerWeig
     E = shape.num_experts
     if len(parts) != 3 * E:
         return _random_weights(shape, dtype, seed, f"{model_dir}: no per-expert layer-0 weights in a known layout")
-    w13, w2 = engine_moe.pack_experts(*([parts[(e, proj)] for e in range(E)] for proj in ("gate_proj", "up_proj", "down_proj")))
-    expected = {(E, shape.hidden_size, 2 * shape.shard_n), (E, shape.shard_n, shape.hidden_size)}
-    if {tuple(w13.shape), tuple(w2.shape)} != expected:
-        raise ValueError(f"{model_dir}: layer-0 expert weights {tuple(w13.shape)}, {tuple(w2.shape)} do not match config.json")
-    return LayerWeights(w13.to(dtype), w2.to(dtype), None if gate is None else gate.to(dtype), f"{model_dir} layer 0")
+    gate_up_down = [[parts[(e, proj)].to(dtype) for e in range(E)] for proj in ("gate_proj", "up_proj", "down_proj")]
+    expected = [(shape.shard_n, shape.hidden_size)] * 2 + [(shape.hidden_size, shape.shard_n)]
+    found = [tuple(ws[0].shape) for ws in gate_up_down]
+    if found != expected:
+        raise ValueError(f"{model_dir}: layer-0 expert gate/up/down weights {found} do not match config.json ({expected})")
+    return LayerWeights(engine_moe.pack_experts(*gate_up_down), None if gate is None else gate.to(dtype), f"{model_dir} layer 0")
 
 
 def _inputs(weights: LayerWeights, shape: MoeShape, M: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Hidden states and router logits for M tokens (real router when present: realistic expert spread)."""
     gen = torch.Generator().manual_seed(seed + M)
-    hidden = torch.randn(M, shape.hidden_size, generator=gen).to(weights.w13.dtype)
+    hidden = torch.randn(M, shape.hidden_size, generator=gen).to(weights.experts.w13.dtype)
     if weights.gate is not None:
         logits = hidden @ weights.gate.T
     else:
@@ -108,7 +108,7 @@ def make_measure(
 
     def measure(i: int) -> float:
         def run():
-            return engine_moe.fused_moe(hidden, logits, weights.w13, weights.w2, shape.top_k, True, space[i])
+            return engine_moe.fused_moe(hidden, logits, weights.experts, shape.top_k, True, space[i])
 
         with torch.inference_mode():
             if i not in calls:
