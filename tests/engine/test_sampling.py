@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workflow_scripts.engine.sampling import RowParams, sample, sampling_probs, speculative_accept
+from workflow_scripts.engine.sampling import RowParams, greedy_accept, sample, sampling_probs, speculative_accept
 
 V, K, N = 6, 2, 60_000
 TV_BOUND = 0.015  # sampling noise here is ~0.005; a wrong sampler is off by >= 0.1 (checked below)
@@ -65,6 +65,21 @@ def test_greedy_accepts_exactly_the_argmax_prefix():
     assert accepted.tolist() == [2, 1] and nxt.tolist() == [5, 4]
     accepted, nxt = speculative_accept(target, drafts, q, torch.tensor([1, 0]), g)  # padded drafts never count
     assert accepted.tolist() == [1, 0] and nxt.tolist() == [4, 1]
+
+
+def test_greedy_fast_path_equals_one_hot_rejection_sampling():
+    """The all-greedy shortcut must pick what speculative_accept picks on one-hot distributions."""
+    g = torch.Generator().manual_seed(1)
+    B = 200
+    logits = torch.randn(B, K + 1, V, generator=g)
+    argmax = logits.argmax(-1)
+    drafts = torch.where(torch.rand(B, K, generator=g) < 0.6, argmax[:, :K], torch.randint(0, V, (B, K), generator=g))
+    num = torch.randint(0, K + 1, (B,), generator=g)
+    one_hot = torch.nn.functional.one_hot(argmax, V).float()
+    want = speculative_accept(one_hot, drafts, None, num, g)
+    got = greedy_accept(argmax, drafts, num)
+    assert set(want[0].tolist()) == set(range(K + 1))  # every acceptance count occurs
+    assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 def test_sampling_probs_filters():

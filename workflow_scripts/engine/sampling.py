@@ -22,6 +22,10 @@ class RowParams:
     top_k: torch.Tensor  # [B] long, <= 0 => off
 
     @property
+    def all_greedy(self) -> bool:
+        return bool((self.temperature <= 0).all())
+
+    @property
     def needs_filter(self) -> bool:
         return bool((self.top_p < 1.0).any() or (self.top_k > 0).any())
 
@@ -36,7 +40,7 @@ def sampling_probs(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
     top-p is cut on the full softmax and top-k on the rank, both before renormalising (SGLang's order).
     """
     greedy = params.temperature <= 0
-    if bool(greedy.all()):  # the common T=0 batch: no softmax needed
+    if params.all_greedy:  # the common T=0 batch: no softmax needed
         return torch.zeros_like(logits).scatter_(-1, logits.argmax(-1, keepdim=True), 1.0)
     temp = torch.where(greedy, torch.ones_like(params.temperature), params.temperature)
     probs = torch.softmax(logits / temp[:, None], dim=-1)
@@ -69,9 +73,21 @@ def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
 
 def choose_tokens(logits: torch.Tensor, params: RowParams, generator: torch.Generator) -> torch.Tensor:
     """Next token per row of logits [N, V]; an all-greedy batch skips softmax and the RNG (the common T=0 case)."""
-    if bool((params.temperature <= 0).all()):
+    if params.all_greedy:
         return logits.argmax(-1)
     return sample(sampling_probs(logits, params), generator)
+
+
+def greedy_accept(target_argmax: torch.Tensor, draft_tokens: torch.Tensor, num_drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`speculative_accept` for an all-greedy batch, from the target's argmax [B, K+1] alone.
+
+    With one-hot target distributions, rejection sampling accepts a draft iff it is the argmax and
+    then emits the argmax: the same tokens, without building [B, K+1, V] distributions.
+    """
+    B, K = draft_tokens.shape
+    ok = (draft_tokens == target_argmax[:, :K]) & (torch.arange(K)[None, :] < num_drafts[:, None])
+    accepted = ok.int().cumprod(dim=1).sum(dim=1)
+    return accepted, target_argmax[torch.arange(B), accepted]
 
 
 def speculative_accept(

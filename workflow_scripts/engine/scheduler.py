@@ -20,7 +20,7 @@ from typing import Callable
 import torch
 
 from workflow_scripts.engine.model import DecoderModel
-from workflow_scripts.engine.sampling import RowParams, choose_tokens, sampling_probs, speculative_accept
+from workflow_scripts.engine.sampling import RowParams, choose_tokens, greedy_accept, sampling_probs, speculative_accept
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, StandaloneDrafter, pad_rows
 from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
 from workflow_scripts.speculation_rules import NUMBER_KEYS, speculation_problem
@@ -373,9 +373,13 @@ class Engine:
         last = torch.tensor([[s.tokens[-1]] for s in seqs])
         start = torch.tensor([s.cache_len for s in seqs])
         hidden = self.target.forward(torch.cat([last, proposal.tokens], dim=1), start, self.cache)
-        V = self.vocab_size
-        target_probs = sampling_probs(self.target.logits(hidden).view(B * (K + 1), V), params.repeat(K + 1)).view(B, K + 1, V)
-        accepted, nxt = speculative_accept(target_probs, proposal.tokens, proposal.probs, proposal.num, self._generator)
+        logits = self.target.logits(hidden)
+        if params.all_greedy:
+            accepted, nxt = greedy_accept(logits.argmax(-1), proposal.tokens, proposal.num)
+        else:
+            V = self.vocab_size
+            target_probs = sampling_probs(logits.view(B * (K + 1), V), params.repeat(K + 1)).view(B, K + 1, V)
+            accepted, nxt = speculative_accept(target_probs, proposal.tokens, proposal.probs, proposal.num, self._generator)
         drafts = proposal.tokens.tolist()
         nums = proposal.num.tolist()
         with self._lock:

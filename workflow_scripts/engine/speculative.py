@@ -62,18 +62,23 @@ class StandaloneDrafter:
         tokens, lens = pad_rows([s.tokens[s.draft_len :] for s in seqs])
         start = torch.tensor([s.draft_len for s in seqs])
         hidden = self.model.forward(tokens, start, self.cache)[torch.arange(B), lens - 1]
+        greedy = params.all_greedy  # argmax drafts are a point mass: no distributions to keep
         drafts, dists = [], []
         for step in range(k):
-            probs = sampling_probs(self.model.logits(hidden), params)
-            tok = sample(probs, generator)
+            logits = self.model.logits(hidden)
+            if greedy:
+                tok = logits.argmax(-1)
+            else:
+                probs = sampling_probs(logits, params)
+                tok = sample(probs, generator)
+                dists.append(probs)
             drafts.append(tok)
-            dists.append(probs)
             start = start + (lens if step == 0 else 1)
             if step + 1 < k:
                 hidden = self.model.forward(tok[:, None], start, self.cache)[:, 0]
         for s, n in zip(seqs, start.tolist()):
             s.draft_len = n
-        return Proposal(torch.stack(drafts, 1), torch.stack(dists, 1), torch.full((B,), k))
+        return Proposal(torch.stack(drafts, 1), torch.stack(dists, 1) if dists else None, torch.full((B,), k))
 
     def move_slot(self, src: int, dst: int, length: int) -> None:
         self.cache.move_slot(src, dst, length)
