@@ -69,7 +69,7 @@ PRESETS: dict[str, BuildSettings] = {
         draft_layers=1, draft_intermediate_size=512,
         seq_len=256, batch_size=16, dense_steps=320, dense_lr=2e-3,
         moe_steps=6, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
-        distill_tokens=196608, distill_top_k=16, draft_steps=600, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
+        distill_tokens=393216, distill_top_k=16, draft_steps=900, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
         train_dtype="bfloat16", num_threads=1, eval_tokens=24576,
         greedy_eval_prompts=12, greedy_eval_tokens=64,
     ),
