@@ -27,6 +27,7 @@ rule analysis_tables:
         runtime=15,
         gpu=0,
     params:
+        code=source_digest("analysis"),
         cfg=rule_items.analysis_config_json(config),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary_csv),
     shell:
@@ -51,6 +52,7 @@ rule analysis_plots:
         runtime=15,
         gpu=0,
     params:
+        code=source_digest("analysis"),
         tables_dir=lambda wildcards, input: os.path.dirname(input.summary),
         out_dir=lambda wildcards, output: os.path.dirname(output.throughput_svg),
     shell:
@@ -78,6 +80,7 @@ rule analysis_summary:
         runtime=15,
         gpu=0,
     params:
+        code=source_digest("analysis"),
         cfg=rule_items.analysis_config_json(config),
         study=STUDY,
         tables_dir=lambda wildcards, input: os.path.dirname(input.summary),
@@ -105,6 +108,7 @@ rule study_metadata:
         runtime=15,
         gpu=0,
     params:
+        code=source_digest("analysis"),
         cfg=json.dumps(config, sort_keys=True, default=str),
         build_info=lambda wildcards, input: (
             f"--build-info {input.model}/build_info.json" if input.model else ""

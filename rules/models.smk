@@ -17,6 +17,8 @@ if ENGINE == "embedded":
         params:
             preset=config["model"]["preset"],
             seed=config["model"]["seed"],
+            # a preset or training-code edit rebuilds the pair
+            code=source_digest("models"),
         shell:
             "python -m workflow_scripts.models.build --preset {params.preset} --seed {params.seed}"
             " --target-out {output.target} --draft-out {output.draft} 2> {log}"

@@ -89,6 +89,12 @@ if MOE_CFG["tune"]:
             # time the kernel with the torch threads the embedded server will run it with
             torch_threads=lambda wildcards, threads: config["server"]["num_threads"]
             or threads,
+            # the tuner's code, and on CPU the kernel it times
+            code=(
+                source_digest("moe", "engine")
+                if ENGINE == "embedded"
+                else source_digest("moe")
+            ),
         shell:
             "python -m workflow_scripts.moe.tune_shard --engine {params.engine} --model {params.model:q}"
             " --shard {wildcards.shard} --shards {params.shards} --batch-sizes {params.batch_sizes}"

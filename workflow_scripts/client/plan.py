@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from workflow_scripts.code_version import source_digest
 
 def cell_sizes(config: dict, concurrency: int) -> tuple[int, int]:
     """(warm-up, measured) requests of a cell: enough to keep `concurrency` streams busy several times over."""
@@ -40,6 +41,8 @@ def setting_plan(config: dict, setting: str) -> dict:
             "env": server["env"],
         },
         "sglang": config["sglang"] if config["engine"] == "sglang" else None,
+        # the embedded server is this package's code: an edit to it re-measures (SGLang reports its own version)
+        "engine_code": source_digest("engine") if config["engine"] == "embedded" else None,
         "workloads": {name: config["workloads"][name] for name in workloads},
         "concurrency": bench["concurrency"],
         "repeats": bench["repeats"],

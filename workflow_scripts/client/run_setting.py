@@ -148,6 +148,7 @@ def run(args: argparse.Namespace) -> None:
         "args": setting_args,
         "engine": plan["engine"],
         "api": plan["api"],
+        "engine_code": plan["engine_code"],
         # everything about the server that changes what it measures (not e.g. its start-up timeout)
         "server": {k: plan["server"][k] for k in ("max_running_requests", "random_seed", "num_threads", "env")},
     }

@@ -1,0 +1,39 @@
+"""An edit to the code that made an artifact must change the digest the rules rerun on."""
+
+import pytest
+import yaml
+from snakemake.utils import validate
+
+from workflow_scripts.client.plan import setting_plan
+from workflow_scripts.code_version import source_digest
+
+
+def test_digest_follows_python_sources_only(tmp_path):
+    pkg = tmp_path / "engine"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "a.py").write_text("x = 1\n")
+    (pkg / "sub" / "b.py").write_text("y = 2\n")
+    first = source_digest("engine", root=tmp_path)
+    assert source_digest("engine", root=tmp_path) == first  # stable
+    (pkg / "notes.txt").write_text("not code")
+    assert source_digest("engine", root=tmp_path) == first
+    (pkg / "sub" / "b.py").write_text("y = 3\n")
+    edited = source_digest("engine", root=tmp_path)
+    assert edited != first
+    (pkg / "sub" / "b.py").rename(pkg / "b2.py")  # same bytes, other module: other code
+    assert source_digest("engine", root=tmp_path) != edited
+
+
+def test_unknown_subpackage_is_named(tmp_path):
+    with pytest.raises(ValueError, match="nope"):
+        source_digest("nope", root=tmp_path)
+
+
+def test_benchmark_plan_carries_the_embedded_engine_code():
+    config = yaml.safe_load(open("config/smoke.yaml"))
+    validate(config, "config/schema.yaml")  # fills the schema's defaults, as rules/common.smk does
+    assert config["engine"] == "embedded"
+    setting = next(iter(config["settings"]))
+    assert setting_plan(config, setting)["engine_code"] == source_digest("engine")
+    config["engine"] = "sglang"  # SGLang reports its own version; our digest would be noise
+    assert setting_plan(config, setting)["engine_code"] is None
