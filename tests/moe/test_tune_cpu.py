@@ -59,7 +59,7 @@ def test_shards_merge_install_and_the_engine_loads_the_file(tiny_moe_model, tmp_
     first = json.loads(shards[0].read_text())
     assert first["batch_sizes"] == [1] and first["weights"].endswith("layer 0")
     assert first["file_name"] == engine_moe.config_file_name(4, 8, engine_moe.device_name())
-    assert first["results"]["1"]["evaluations"] == 34  # halving over the engine's 18 configs
+    assert first["results"]["1"]["evaluations"] == 36  # halving's budget: 2 samples per config of the 18
 
     merge.main(["--shards", *map(str, shards), "--batch-sizes", "1", "4", "--out", str(moe / "merged.json")])
     install.main(["--merged", str(moe / "merged.json"), "--moe-dir", str(moe), "--out", str(moe / "installed.json")])

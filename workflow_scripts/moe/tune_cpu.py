@@ -17,7 +17,7 @@ from tqdm import tqdm
 
 from workflow_scripts.engine import fused_moe as engine_moe
 from workflow_scripts.moe.model_shapes import MoeShape
-from workflow_scripts.moe.search import Measure, run_search
+from workflow_scripts.moe.search import Key, Measure, run_search
 
 # One timing sample lasts at least this long (several kernel calls when one is shorter), so that timer
 # resolution and scheduler jitter on a shared machine stay small against it.
@@ -121,13 +121,29 @@ def make_measure(
     return measure
 
 
+def computation_key(config: dict, M: int) -> tuple[str, int]:
+    """What fused_moe computes for M tokens under `config`: its strategy and token chunk size.
+
+    Every block_m >= M runs all M tokens as one chunk, so those configs do identical work and halving
+    measures just one of them: the last in `space`, in search_space()'s order the largest block_m (one
+    chunk at the nearby M that the engine also serves with this batch size's entry).
+    """
+    return config["strategy"], min(config["block_m"], M)
+
+
+def same_work(space: list[dict], M: int) -> Key:
+    """The search's equivalence key over `space` at M tokens (`computation_key`)."""
+    return lambda i: computation_key(space[i], M)
+
+
 def tune_batch_size(
     weights: LayerWeights, shape: MoeShape, M: int, space: list[dict], search: str, repeats: int, seed: int,
     clock: str = "wall",
 ) -> dict:
     """Search `space` at M tokens; returns the winner, its time, and what the search cost."""
     started = time.perf_counter()
-    result = run_search(search, len(space), make_measure(weights, shape, M, space, seed, clock), repeats)
+    measure = make_measure(weights, shape, M, space, seed, clock)
+    result = run_search(search, len(space), measure, repeats, key=same_work(space, M))
     return {
         "config": space[result.best],
         "time_s": result.best_s,
