@@ -78,6 +78,8 @@ if MOE_CFG["tune"]:
             mem_mb=8000,
             gpu=TUNE_SHARD_GPUS,
             runtime=600 if ENGINE == "sglang" else 60,
+            # on CPU a shard times kernels: no benchmark or other shard may run meanwhile (GPU shards own GPUs)
+            benchmark_slot=1 if ENGINE == "embedded" else 0,
         params:
             engine=ENGINE,
             model=moe_model_path,
@@ -166,6 +168,7 @@ rule moe_roofline:
         mem_mb=4000,
         runtime=30,
         gpu=0,
+        benchmark_slot=1 if ENGINE == "embedded" else 0,
     params:
         engine=ENGINE,
         model=moe_model_path,

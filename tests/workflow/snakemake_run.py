@@ -44,13 +44,18 @@ def planned_jobs(workdir: Path, config: dict) -> dict[str, int]:
     return jobs
 
 
+def planned_jobs_fields(workdir: Path, config: dict, field: str) -> list[tuple[str, str]]:
+    """(rule, the job's `field:` line or "") for every planned job, from a dry run."""
+    proc = snakemake(workdir, config, "-n", "--cores", "2")
+    found = []
+    for block in re.split(r"\n(?=\[.*\]\nrule |rule )", proc.stdout):
+        rule = re.search(r"^rule (\w+):", block, re.M)
+        if rule:
+            m = re.search(rf"{field}: (.*)", block)
+            found.append((rule.group(1), m.group(1) if m else ""))
+    return found
+
+
 def planned_wildcards(workdir: Path, config: dict, rule: str) -> list[str]:
     """The `wildcards:` lines of the planned jobs of one rule, from a dry run."""
-    proc = snakemake(workdir, config, "-n", "--cores", "2")
-    blocks = re.split(r"\n(?=\[.*\]\nrule |rule )", proc.stdout)
-    found = []
-    for block in blocks:
-        if re.search(rf"^rule {rule}:", block, re.M):
-            m = re.search(r"wildcards: (.*)", block)
-            found.append(m.group(1) if m else "")
-    return sorted(found)
+    return sorted(value for name, value in planned_jobs_fields(workdir, config, "wildcards") if name == rule)
