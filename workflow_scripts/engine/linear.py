@@ -3,8 +3,8 @@
 Why: an engine step multiplies 1-48 rows by each weight, and for such thin products MKL's sgemm (what
 `F.linear` and `x @ w` call) reads a cold 1 MB weight at 10-20 GB/s; oneDNN's matmul on a prepacked
 weight runs 2-48 rows 1.4-2.5x faster (README, "Embedded engine"). This is the path inductor takes for
-frozen CPU linears. A single row is the exception: MKL's GEMV on an input-major copy ([in, out],
-`x @ w`) beats both, so that copy is kept too. fp32 stays fp32 (oneDNN's default math mode): outputs
+frozen CPU linears. A single fp32 row is the exception: MKL's GEMV on an input-major copy ([in, out],
+`x @ w`) beats both, so that copy is kept too (in bf16, oneDNN wins there as well). fp32 stays fp32 (oneDNN's default math mode): outputs
 match F.linear to float rounding. Builds of torch without oneDNN use the GEMV copy for every product.
 """
 
@@ -28,6 +28,6 @@ class Linear:
         self._packed = torch.ops.mkldnn._reorder_linear_weight(weight.contiguous()) if _ONEDNN else None
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if self._packed is None or x.numel() == self.in_features:
+        if self._packed is None or (x.numel() == self.in_features and x.dtype == torch.float32):
             return x @ self.input_major
         return torch.ops.mkldnn._linear_pointwise(x, self._packed, None, "none", [], "")
