@@ -6,6 +6,7 @@ import json
 import os
 
 from workflow_scripts.analysis import rule_items
+from workflow_scripts.code_version import source_digest
 
 # `rule all` asks for these (common.smk's all_outputs)
 analysis_outputs = functools.partial(rule_items.all_outputs, RESULTS)

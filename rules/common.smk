@@ -4,7 +4,6 @@ from pathlib import Path
 from snakemake.utils import validate
 
 from workflow_scripts.client.plan import plan_json, setting_workloads
-from workflow_scripts.code_version import source_digest
 from workflow_scripts.config_errors import schema_error
 from workflow_scripts.launcher.command import SettingError, check_setting
 

@@ -1,3 +1,5 @@
+from workflow_scripts.code_version import source_digest
+
 if ENGINE == "embedded":
 
     rule build_models:

@@ -4,6 +4,7 @@
 # Engine embedded: tune the embedded engine's kernel on this CPU, same shards, merge and install.
 import functools
 
+from workflow_scripts.code_version import source_digest
 from workflow_scripts.moe import rule_items as moe_items
 from workflow_scripts.moe.ab import moe_pairs
 
