@@ -1,5 +1,5 @@
 # Analysis and report: tables, plots, summary and study metadata from results/{study}/requests/*.parquet.
-# Needs from common.smk: config (validated), STUDY, RESULTS, SETTINGS, ENGINE.
+# Needs from common.smk: config (validated), STUDY, RESULTS, ENGINE, COVERAGE and COHORT_BY_ID (the cohorts).
 # Code: workflow_scripts/analysis/ (file lists and report() flags in rule_items.py).
 import functools
 import json
@@ -17,7 +17,11 @@ ANALYSIS_CODE = source_digest("analysis")
 
 rule analysis_tables:
     input:
-        requests=expand(f"{RESULTS}/requests/{{setting}}.parquet", setting=SETTINGS),
+        # every setting's records, and the A/A twin's (rules/benchmark.smk)
+        requests=expand(
+            f"{RESULTS}/requests/{{setting}}.parquet", setting=list(COVERAGE)
+        ),
+        meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
         external=[ext["path"] for ext in config["analysis"]["external"]],
     output:
         **rule_items.table_outputs(RESULTS),
@@ -36,7 +40,7 @@ rule analysis_tables:
         out_dir=lambda wildcards, output: os.path.dirname(output.summary_csv),
     shell:
         "python -m workflow_scripts.analysis.tables --config-json {params.cfg:q}"
-        " --requests {input.requests:q} --out-dir {params.out_dir:q} > {log} 2>&1"
+        " --requests {input.requests:q} --cohort-meta {input.meta:q} --out-dir {params.out_dir:q} > {log} 2>&1"
 
 
 rule analysis_plots:
@@ -72,6 +76,10 @@ rule analysis_summary:
         recommendation=f"{RESULTS}/tables/recommendation.csv",
         lossless=f"{RESULTS}/tables/lossless.csv",
         article_md=f"{RESULTS}/tables/article_tables.md",
+        aa=f"{RESULTS}/tables/aa.csv",
+        floor=f"{RESULTS}/tables/noise_floor.json",
+        precision=f"{RESULTS}/tables/precision.csv",
+        meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
     output:
         **rule_items.summary_outputs(RESULTS),
     log:
@@ -91,7 +99,8 @@ rule analysis_summary:
     shell:
         # the article-style tables go to the log and to the terminal
         "python -m workflow_scripts.analysis.summary --config-json {params.cfg:q} --study {params.study:q}"
-        " --tables-dir {params.tables_dir:q} --out {output.md:q} --html {output.html:q} 2>&1 | tee {log}"
+        " --tables-dir {params.tables_dir:q} --cohort-meta {input.meta:q}"
+        " --out {output.md:q} --html {output.html:q} 2>&1 | tee {log}"
 
 
 rule study_metadata:

@@ -94,12 +94,15 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
     build_info = {"preset": "smoke", "seed": 0, "params": 1234}
     (results / "models" / "target").mkdir(parents=True)
     (results / "models" / "target" / "build_info.json").write_text(json.dumps(build_info))
-    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "study": "e2e", "engine": "embedded"}))
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "study": "e2e", "engine": "embedded",
+                                                      "benchmark": {"aa_control": False, "precision_pct": 3}}))
     (tmp_path / "Snakefile").write_text(
         # what rules/common.smk provides, for a workflow that only has the analysis
         'configfile: "config.json"\n'
-        'STUDY = config["study"]\nRESULTS = f"results/{STUDY}"\nSETTINGS = list(config["settings"])\n'
-        'ENGINE = config["engine"]\n\n'
+        'STUDY = config["study"]\nRESULTS = f"results/{STUDY}"\n'
+        'ENGINE = config["engine"]\n'
+        # the requests files are given; no cohort meta, no A/A twin
+        'COVERAGE = {name: [] for name in config["settings"]}\nCOHORT_BY_ID = {}\n\n'
         f'report: "{REPO}/report/workflow.rst"\n'
         f'include: "{REPO}/rules/analysis.smk"\n\n'
         "rule all:\n    input: analysis_outputs()\n")

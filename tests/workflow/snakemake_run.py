@@ -59,3 +59,9 @@ def planned_jobs_fields(workdir: Path, config: dict, field: str) -> list[tuple[s
 def planned_wildcards(workdir: Path, config: dict, rule: str) -> list[str]:
     """The `wildcards:` lines of the planned jobs of one rule, from a dry run."""
     return sorted(value for name, value in planned_jobs_fields(workdir, config, "wildcards") if name == rule)
+
+
+def planned_cohorts(workdir: Path, config: dict) -> dict[str, str]:
+    """cohort id -> what its benchmark job measures (the job's message), from a dry run."""
+    proc = snakemake(workdir, config, "-n", "--cores", "2")
+    return dict(re.findall(r"^Job \d+: benchmark (cohort-[0-9a-f]+): (.*)$", proc.stdout, re.M))

@@ -33,16 +33,18 @@ TABLE_VIEWS = {
     "improvement": ("2 Throughput and speedup", "improvement"),
     "gap": ("2 Throughput and speedup", "gap"),
     "lossless": ("3 Acceptance and lossless", "lossless"),
+    "aa": ("2 Throughput and speedup", "aa"),
 }
 CSV_TABLES = ["summary", "cells", "improvement", "article_tables", "gap", "recommendation",
-              "recommendation_scores", "lossless", "latency_quantiles"]
+              "recommendation_scores", "lossless", "latency_quantiles", "aa", "precision"]
 CSV_CATEGORY = "6 Data (CSV)"
 
 
 def analysis_config_json(config: dict[str, Any]) -> str:
     """The part of the config the analysis reads; a change to it re-runs the analysis (params are tracked)."""
-    return json.dumps({key: config[key] for key in ("settings", "workloads", "analysis")},
-                      sort_keys=True, default=str)
+    cfg = {key: config[key] for key in ("settings", "workloads", "analysis")}
+    cfg["benchmark"] = {key: config["benchmark"][key] for key in ("aa_control", "precision_pct")}
+    return json.dumps(cfg, sort_keys=True, default=str)
 
 
 def tables_dir(results: str) -> str:
@@ -63,6 +65,7 @@ def table_outputs(results: str) -> dict[str, Any]:
         out[f"{name}_html"] = report(f"{tables_dir(results)}/{name}.html", caption=f"../report/{caption}.rst",
                                      category=category, labels={"item": name.replace("_", " "), "format": "table"})
     out["article_md"] = f"{tables_dir(results)}/article_tables.md"
+    out["noise_floor_json"] = f"{tables_dir(results)}/noise_floor.json"
     return out
 
 
