@@ -27,6 +27,8 @@ rule analysis_tables:
         **rule_items.table_outputs(RESULTS),
     log:
         f"{RESULTS}/logs/analysis/analysis_tables.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/analysis_tables.tsv"
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -52,6 +54,8 @@ rule analysis_plots:
         **rule_items.plot_outputs(RESULTS),
     log:
         f"{RESULTS}/logs/analysis/analysis_plots.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/analysis_plots.tsv"
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -84,6 +88,8 @@ rule analysis_summary:
         **rule_items.summary_outputs(RESULTS),
     log:
         f"{RESULTS}/logs/analysis/analysis_summary.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/analysis_summary.tsv"
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -123,9 +129,11 @@ rule study_metadata:
     params:
         code=ANALYSIS_CODE,
         cfg=json.dumps(config, sort_keys=True, default=str),
+        phases=f"{RESULTS}/benchmarks",
         build_info=lambda wildcards, input: (
             f"--build-info {input.model}/build_info.json" if input.model else ""
         ),
     shell:
         "python -m workflow_scripts.analysis.metadata --config-json {params.cfg:q} {params.build_info}"
+        " --phases-dir {params.phases:q}"
         " --out-json {output.json:q} --out-html {output.html:q} > {log} 2>&1"

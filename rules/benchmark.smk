@@ -14,6 +14,8 @@ rule benchmark:
         meta=f"{RESULTS}/benchmark/{{cohort}}.json",
     log:
         f"{LOGS}/benchmark/{{cohort}}.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/benchmark_{{cohort}}.tsv"
     wildcard_constraints:
         cohort="|".join(COHORT_BY_ID) or "no-cohort",
     conda:

@@ -84,12 +84,12 @@ COVERAGE = coverage(config, COHORTS)
 
 
 def cohort_members_text(cohort_id):
-    """What a cohort job measures, for the job's message (shown by `snakemake -n`)."""
+    """What a cohort job measures, for the job's message (shown by `snakemake -n`); a param, so it must not change
+    between the run that plans a cohort and the runs that find its manifest."""
     cohort = COHORT_BY_ID[cohort_id]
-    names = [name for name in cohort.members if name != cohort.control]
-    state = "resumed or topped up" if cohort.existing else "new"
+    names = sorted(name for name in cohort.members if name != cohort.control)
     return (
-        f"{state} cohort of {', '.join(names) or 'no other setting'} with the control"
+        f"cohort of {', '.join(names) or 'no other setting'} with the control"
         f" {cohort.control} ({len(cohort.cells)} cells, schedule {cohort.schedule})"
     )
 

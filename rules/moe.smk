@@ -69,6 +69,8 @@ if MOE_CFG["tune"]:
             f"{MOE}/shards/{{shard}}.json",
         log:
             f"{LOGS}/moe/tune_shard_{{shard}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/moe_tune_shard_{{shard}}.tsv"
         wildcard_constraints:
             shard=r"\d+",
         conda:

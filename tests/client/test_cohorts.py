@@ -33,7 +33,7 @@ def _started(cells_root: Path, config: dict, cohort) -> None:
 def test_a_cold_study_is_one_cohort_of_every_setting_and_the_twin(tmp_path):
     config = _config()
     (cohort,) = plan_cohorts(config, tmp_path)
-    assert set(cohort.members) == {*config["settings"], twin_name("baseline")} and not cohort.existing
+    assert set(cohort.members) == {*config["settings"], twin_name("baseline")}
     assert all(len(m["cells"]) == 4 for m in cohort.members.values())
     assert plan_cohorts(config, tmp_path)[0].id == cohort.id  # deterministic
 
@@ -43,7 +43,7 @@ def test_a_new_setting_makes_a_cohort_of_it_and_a_fresh_control(tmp_path):
     (first,) = plan_cohorts(config, tmp_path)
     _started(tmp_path, config, first)
     (again,) = plan_cohorts(config, tmp_path)
-    assert again.id == first.id and again.existing  # resumed under the same id
+    assert again == first  # read back from its manifest: resumed under the same id
     edited = copy.deepcopy(config)
     edited["settings"]["steps3"] = dict(config["settings"]["steps2"], speculative_num_steps=3,
                                         speculative_num_draft_tokens=4)
@@ -85,6 +85,14 @@ def test_a_new_control_invalidates_every_comparison(tmp_path):
     edited["server"]["random_seed"] = 7  # every member's identity changes
     (new,) = plan_cohorts(edited, tmp_path)
     assert new.id != first.id and set(new.members) == set(first.members)
+
+
+def test_the_id_does_not_depend_on_the_order_of_keys_in_the_config(tmp_path):
+    config = _config()
+    reordered = copy.deepcopy(config)
+    reordered["workloads"] = dict(reversed(config["workloads"].items()))
+    reordered["settings"] = dict(reversed(config["settings"].items()))
+    assert plan_cohorts(config, tmp_path)[0].id == plan_cohorts(reordered, tmp_path)[0].id
 
 
 def test_an_unreadable_manifest_is_named(tmp_path):

@@ -137,7 +137,7 @@ def test_model_build_change_reruns_everything_downstream(study):
     jobs = planned_jobs(study, config)
     assert jobs.get("build_models") == 1 and jobs.get("benchmark") == 1
     (message,) = planned_cohorts(study, config).values()
-    assert message.startswith("new cohort of") and all(name in message for name in MEMBERS)
+    assert message.startswith("cohort of") and all(name in message for name in MEMBERS)
 
 
 def test_new_concurrency_measures_only_new_cells(study):
@@ -165,7 +165,7 @@ def test_new_setting_measured_with_a_fresh_control_and_ctrl_c_loses_nothing_fini
     jobs = planned_jobs(study, config)
     assert jobs.get("benchmark") == 1 and "build_models" not in jobs and not any(r.startswith("moe_") for r in jobs)
     (cohort, message), = planned_cohorts(study, config).items()
-    assert message.startswith(f"new cohort of steps3 with the control {CONTROL}")
+    assert message.startswith(f"cohort of steps3 with the control {CONTROL}")
     cfg = study / "interrupted.yaml"
     cfg.write_text(yaml.safe_dump(config))
     proc = subprocess.Popen(

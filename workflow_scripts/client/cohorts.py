@@ -82,7 +82,6 @@ class Cohort:
     members: dict[str, dict]  # name -> {"args": setting args, "fp": identity digest, "cells": [cell keys]}
     cells: list[dict]  # every cell any member measures (the control measures them all)
     schedule: str  # as configured (auto is resolved by the job, which knows the machine)
-    existing: bool
 
     def manifest(self) -> dict:
         return {"id": self.id, "control": self.control, "members": self.members, "cells": self.cells,
@@ -115,7 +114,7 @@ def read_manifests(cells_root: Path) -> list[Cohort]:
     for path in sorted(Path(cells_root).glob(f"*/{MANIFEST}")):
         try:
             data = json.loads(path.read_text())
-            cohorts.append(Cohort(data["id"], data["control"], data["members"], data["cells"], data["schedule"], True))
+            cohorts.append(Cohort(data["id"], data["control"], data["members"], data["cells"], data["schedule"]))
         except (OSError, ValueError, KeyError) as err:
             raise ValueError(f"{path}: unreadable cohort manifest ({err}); delete that cohort's folder to re-measure it")
     return cohorts
@@ -139,14 +138,15 @@ def plan_cohorts(config: dict, cells_root: Path) -> list[Cohort]:
             uncovered_cells[cell["key"]] = cell
     cohorts = list(used.values())
     if uncovered:
-        members = dict(uncovered)
+        # sorted, so that the id depends on what is measured, not on the order of keys in the config file
+        members = {name: {**m, "cells": sorted(m["cells"])} for name, m in sorted(uncovered.items())}
         # the control is always measured afresh in the new rounds, in every cell of them; its twin only when new
         members[control] = {"args": wanted[control][0], "fp": wanted[control][1],
                             "cells": sorted(uncovered_cells)}
         cells = sorted(uncovered_cells.values(), key=lambda c: (c["workload"], c["concurrency"]))
         schedule = config["benchmark"]["schedule"]
         plan = {"control": control, "members": members, "cells": cells, "schedule": schedule}
-        cohorts.append(Cohort("cohort-" + _digest(plan, 10), control, members, cells, schedule, False))
+        cohorts.append(Cohort("cohort-" + _digest(plan, 10), control, members, cells, schedule))
     return cohorts
 
 
@@ -158,14 +158,13 @@ def coverage(config: dict, cohorts: list[Cohort]) -> dict[str, list[list]]:
     wanted = {name: _wanted(config, name, args) for name, args in study_members(config).items()}
     out: dict[str, list[list]] = {name: [] for name in wanted}
     for cohort in cohorts:
-        by_key = {cell["key"]: cell for cell in cohort.cells}
         for name, (fp, cells) in wanted.items():
             member = cohort.members.get(name)
             if member is None or member["fp"] != fp:
                 continue
             for cell in cells:
                 if cell["key"] in member["cells"]:
-                    out[name].append([cohort.id, by_key[cell["key"]]["workload"], cell["concurrency"]])
+                    out[name].append([cohort.id, cell["workload"], cell["concurrency"]])
     return out
 
 
