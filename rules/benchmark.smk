@@ -2,6 +2,7 @@
 # setting. Needs from common.smk: config (validated), RESULTS, LOGS, ENGINE, benchmark_inputs, benchmark_model_args.
 # Code: workflow_scripts/client/ (cohorts.py plans the cohorts when the workflow is parsed, run_cohort.py runs one).
 import json
+import re
 
 from workflow_scripts.client.cohorts import cohort_plan
 
@@ -17,7 +18,8 @@ rule benchmark:
     benchmark:
         f"{RESULTS}/benchmarks/benchmark_{{cohort}}.tsv"
     wildcard_constraints:
-        cohort="|".join(COHORT_BY_ID) or "no-cohort",
+        # a cohort id names what it measures (steps3-vs-baseline-1a2b3c4d): `snakemake -n` shows it
+        cohort="|".join(map(re.escape, COHORT_BY_ID)) or "no-cohort",
     conda:
         "../envs/engine.yaml"
     # a benchmark never shares the machine with another job: timings stay clean
@@ -32,12 +34,9 @@ rule benchmark:
         plan=lambda wildcards: json.dumps(
             cohort_plan(config, COHORT_BY_ID[wildcards.cohort]), sort_keys=True
         ),
-        members=lambda wildcards: cohort_members_text(wildcards.cohort),
         models=benchmark_model_args,
         cells=lambda wildcards: f"{RESULTS}/cells/{wildcards.cohort}",
         servers=lambda wildcards: f"{LOGS}/server/{wildcards.cohort}",
-    message:
-        "benchmark {wildcards.cohort}: {params.members}"
     shell:
         "python -m workflow_scripts.client.run_cohort --plan {params.plan:q} {params.models}"
         " --cells-dir {params.cells:q} --server-log-dir {params.servers:q}"

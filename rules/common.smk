@@ -83,17 +83,6 @@ COHORT_BY_ID = {cohort.id: cohort for cohort in COHORTS}
 COVERAGE = coverage(config, COHORTS)
 
 
-def cohort_members_text(cohort_id):
-    """What a cohort job measures, for the job's message (shown by `snakemake -n`); a param, so it must not change
-    between the run that plans a cohort and the runs that find its manifest."""
-    cohort = COHORT_BY_ID[cohort_id]
-    names = sorted(name for name in cohort.members if name != cohort.control)
-    return (
-        f"cohort of {', '.join(names) or 'no other setting'} with the control"
-        f" {cohort.control} ({len(cohort.cells)} cells, schedule {cohort.schedule})"
-    )
-
-
 def benchmark_inputs(wildcards):
     """The built pair on the embedded engine (a user's SGLang checkpoint is not tracked), and the installed MoE
     configs when a member of the cohort runs `moe_config: tuned`."""

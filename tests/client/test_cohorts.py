@@ -55,7 +55,7 @@ def test_a_new_setting_makes_a_cohort_of_it_and_a_fresh_control(tmp_path):
     assert {c[0] for c in cover["steps1"]} == {first.id}
 
 
-def test_an_edited_setting_is_measured_again_and_its_old_rows_are_not_read(tmp_path):
+def test_an_edited_setting_is_measured_again_and_leaves_its_old_cohort(tmp_path):
     config = _config()
     (first,) = plan_cohorts(config, tmp_path)
     _started(tmp_path, config, first)
@@ -63,6 +63,7 @@ def test_an_edited_setting_is_measured_again_and_its_old_rows_are_not_read(tmp_p
     edited["settings"]["steps2"]["max_running_requests"] = 4
     old, new = plan_cohorts(edited, tmp_path)
     assert set(new.members) == {"steps2", "baseline"}
+    assert old.id == first.id and "steps2" not in old.members  # a rerun of the old cohort no longer starts it
     assert {c[0] for c in coverage(edited, [old, new])["steps2"]} == {new.id}
 
 
@@ -82,9 +83,23 @@ def test_a_new_control_invalidates_every_comparison(tmp_path):
     (first,) = plan_cohorts(config, tmp_path)
     _started(tmp_path, config, first)
     edited = copy.deepcopy(config)
-    edited["server"]["random_seed"] = 7  # every member's identity changes
+    edited["settings"]["baseline"]["max_running_requests"] = 4  # only the control's identity changes
     (new,) = plan_cohorts(edited, tmp_path)
     assert new.id != first.id and set(new.members) == set(first.members)
+
+
+def test_a_setting_removed_after_a_failed_cohort_is_not_started_again(tmp_path):
+    """A cohort that failed on a bad flag: once the flag is fixed, the old cohort reruns without that setting,
+    and the fixed one is measured in a new cohort with a fresh control."""
+    config = _config()
+    config["settings"]["steps2"]["extra_args"] = ["--no-such-flag"]
+    (failed,) = plan_cohorts(config, tmp_path)
+    _started(tmp_path, config, failed)
+    fixed = copy.deepcopy(config)
+    fixed["settings"]["steps2"]["extra_args"] = []
+    old, new = plan_cohorts(fixed, tmp_path)
+    assert old.id == failed.id and set(old.members) == {"baseline", "baseline_aa", "steps1", "ngram"}
+    assert set(new.members) == {"baseline", "steps2"}
 
 
 def test_the_id_does_not_depend_on_the_order_of_keys_in_the_config(tmp_path):

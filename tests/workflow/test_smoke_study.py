@@ -136,15 +136,15 @@ def test_model_build_change_reruns_everything_downstream(study):
     config["model"]["seed"] = 1
     jobs = planned_jobs(study, config)
     assert jobs.get("build_models") == 1 and jobs.get("benchmark") == 1
-    (message,) = planned_cohorts(study, config).values()
-    assert message.startswith("cohort of") and all(name in message for name in MEMBERS)
+    (cohort,) = planned_cohorts(study, config)
+    assert cohort.startswith(f"{len(MEMBERS) - 1}-settings-vs-{CONTROL}-") or cohort.startswith(
+        f"{'+'.join(sorted(set(MEMBERS) - {CONTROL}))}-vs-{CONTROL}-")
 
 
 def test_new_concurrency_measures_only_new_cells(study):
     config = copy.deepcopy(SMOKE)
     config["benchmark"]["concurrency"] = SMOKE["benchmark"]["concurrency"] + [2]
-    (cohort, message), = planned_cohorts(study, config).items()
-    assert f"({len(SMOKE['workloads'])} cells," in message
+    (cohort,) = planned_cohorts(study, config)
     snakemake(study, config, "--cores", "2", timeout=600)
     log = (results(study) / "logs" / "benchmark" / f"{cohort}.log").read_text()
     assert f"{len(SMOKE['workloads'])} cells; 0 cached cell-rounds" in log
@@ -164,8 +164,8 @@ def test_new_setting_measured_with_a_fresh_control_and_ctrl_c_loses_nothing_fini
     config["settings"]["steps3"] = STEPS3
     jobs = planned_jobs(study, config)
     assert jobs.get("benchmark") == 1 and "build_models" not in jobs and not any(r.startswith("moe_") for r in jobs)
-    (cohort, message), = planned_cohorts(study, config).items()
-    assert message.startswith(f"cohort of steps3 with the control {CONTROL}")
+    (cohort,) = planned_cohorts(study, config)
+    assert cohort.startswith(f"steps3-vs-{CONTROL}-")  # the new setting and a fresh control, nothing else
     cfg = study / "interrupted.yaml"
     cfg.write_text(yaml.safe_dump(config))
     proc = subprocess.Popen(
@@ -203,7 +203,7 @@ def test_new_setting_measured_with_a_fresh_control_and_ctrl_c_loses_nothing_fini
 def test_broken_server_fails_its_job_with_the_log_tail_and_spares_the_others(study):
     config = copy.deepcopy(SMOKE)
     config["settings"]["broken"] = {"extra_args": ["--no-such-flag"]}
-    (cohort, _), = planned_cohorts(study, config).items()
+    (cohort,) = planned_cohorts(study, config)
     proc = snakemake(study, config, "--cores", "2", "--keep-going", check=False, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0

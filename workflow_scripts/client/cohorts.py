@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,6 +101,14 @@ def study_members(config: dict) -> dict[str, dict]:
     return members
 
 
+def cohort_label(members: dict, control: str) -> str:
+    """The readable part of a cohort's id, so that `snakemake -n` shows what a job measures: `steps3-vs-baseline`,
+    or `6-settings-vs-baseline` when the names would make a long file name."""
+    names = sorted(name for name in members if name != control)
+    label = "+".join(names) if len("+".join(names)) <= 48 else f"{len(names)}-settings"
+    return f"{label or 'alone'}-vs-{control}"
+
+
 def _wanted(config: dict, name: str, args: dict) -> tuple[str, list[dict]]:
     """(identity digest, cells) of one member; the twin is measured exactly like the control, under its own name."""
     control = config["analysis"]["baseline"]
@@ -121,22 +129,32 @@ def read_manifests(cells_root: Path) -> list[Cohort]:
 
 
 def plan_cohorts(config: dict, cells_root: Path) -> list[Cohort]:
-    """The cohorts of the current config: existing ones that still cover a wanted (member, cell), then a new one."""
+    """The cohorts of the current config: existing ones that still cover a wanted (member, cell), then a new one.
+
+    An existing cohort keeps its id, but only its members that are still wanted as they are take part (an edited or
+    removed setting drops out of its job: it is measured in the new cohort, if at all). A cohort measured against
+    another control (its args or the study's server keys changed) pairs nothing the tables compare: it is ignored."""
     control = config["analysis"]["baseline"]
     wanted = {name: (args, *_wanted(config, name, args)) for name, args in study_members(config).items()}
-    existing = read_manifests(cells_root)
+    existing = [c for c in read_manifests(cells_root)
+                if c.control == control and c.members.get(control, {}).get("fp") == wanted[control][1]]
     used: dict[str, Cohort] = {}
+    control_only: dict[str, Cohort] = {}
     uncovered: dict[str, dict] = {}
     uncovered_cells: dict[str, dict] = {}
     for name, (args, fp, cells) in wanted.items():
         for cell in cells:
             cohort = next((c for c in existing if c.covers(name, fp, cell["key"])), None)
             if cohort is not None:
-                used[cohort.id] = cohort
+                (control_only if name == control else used)[cohort.id] = cohort
                 continue
             uncovered.setdefault(name, {"args": args, "fp": fp, "cells": []})["cells"].append(cell["key"])
             uncovered_cells[cell["key"]] = cell
-    cohorts = list(used.values())
+    if not used and not uncovered:  # a study of the control alone
+        used = control_only
+    current = {name: fp for name, (_, fp, _) in wanted.items()}
+    cohorts = [replace(c, members={n: m for n, m in c.members.items() if current.get(n) == m["fp"]})
+               for c in used.values()]
     if uncovered:
         # sorted, so that the id depends on what is measured, not on the order of keys in the config file
         members = {name: {**m, "cells": sorted(m["cells"])} for name, m in sorted(uncovered.items())}
@@ -146,7 +164,8 @@ def plan_cohorts(config: dict, cells_root: Path) -> list[Cohort]:
         cells = sorted(uncovered_cells.values(), key=lambda c: (c["workload"], c["concurrency"]))
         schedule = config["benchmark"]["schedule"]
         plan = {"control": control, "members": members, "cells": cells, "schedule": schedule}
-        cohorts.append(Cohort("cohort-" + _digest(plan, 10), control, members, cells, schedule))
+        cohorts.append(Cohort(f"{cohort_label(members, control)}-{_digest(plan, 8)}", control, members, cells,
+                              schedule))
     return cohorts
 
 

@@ -19,6 +19,7 @@ import json
 import logging
 import os
 import re
+import signal
 import sys
 import time
 from contextlib import ExitStack
@@ -149,7 +150,19 @@ class Cohort:
     def server(self, name: str, gpus: str | None = None):
         return member_server(self.plan, name, self.models, self.args.threads, self.args.server_log_dir, gpus)
 
+    def pending(self) -> bool:
+        """Whether a round still needs a cell measured: a rerun with every cell cached starts no server."""
+        for round_ in range(self.planner.policy.max_repeats):
+            active = self.planner.active(round_, list(self.cells))
+            if not active:
+                return False
+            if any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c]):
+                return True
+        return False
+
     def run_interleaved(self) -> None:
+        if not self.pending():
+            return
         names = list(self.plan["members"])
         gpus = gpu_slices(self.plan, names) if self.plan["engine"] == "sglang" else {}
         with ExitStack() as stack:
@@ -249,7 +262,13 @@ def write_text_atomic(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (Snakemake cancelling, Slurm pre-empting) unwinds like Ctrl-C: every server is stopped, none orphaned."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", required=True, help="JSON from workflow_scripts.client.cohorts.cohort_plan")
     parser.add_argument("--target", type=Path, required=True, help="target model dir (or SGLang model path)")

@@ -1,0 +1,91 @@
+"""One cohort job for real (client/run_cohort.py): smoke servers on loopback, rounds, the cache, and signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from snakemake.utils import validate
+
+from workflow_scripts.client.cohorts import cohort_plan, plan_cohorts
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _plan(tmp_path: Path) -> dict:
+    """The smoke study cut to the baseline and its twin, one synthetic cell, two rounds."""
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    config["settings"] = {"baseline": {"moe_config": "default"}}
+    config["workloads"] = {"synthetic": config["workloads"]["synthetic"]}
+    config["benchmark"].update(concurrency=[2], repeats=2, max_repeats=2)
+    validate(config, str(REPO / "config" / "schema.yaml"), set_default=True)
+    (cohort,) = plan_cohorts(config, tmp_path / "cells")
+    return cohort_plan(config, cohort)
+
+
+def _argv(plan: dict, smoke_pair, tmp_path: Path) -> list[str]:
+    target, draft = smoke_pair
+    return [sys.executable, "-m", "workflow_scripts.client.run_cohort", "--plan", json.dumps(plan),
+            "--target", str(target), "--draft", str(draft), "--cells-dir", str(tmp_path / "cells" / plan["id"]),
+            "--server-log-dir", str(tmp_path / "servers"), "--out", str(tmp_path / "out.parquet"),
+            "--meta-out", str(tmp_path / "out.json"), "--threads", "1"]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+
+
+def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again(smoke_pair, tmp_path):
+    plan = _plan(tmp_path)
+    done = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(tmp_path / "out.parquet")
+    assert sorted(records.groupby(["setting", "repeat"]).groups) == [
+        ("baseline", 0), ("baseline", 1), ("baseline_aa", 0), ("baseline_aa", 1)]
+    meta = json.loads((tmp_path / "out.json").read_text())
+    assert meta["schedule"] == "interleaved" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
+    cached = sorted((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
+    assert len(cached) == 4
+    cached[0].write_bytes(cached[0].read_bytes()[:100])  # a truncated cell on disk
+    again = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "is unreadable" in again.stderr and "3 cached cell-rounds" in again.stderr
+    assert len(pd.read_parquet(cached[0])) == len(records) // 4  # measured again, whole
+
+
+def test_sigterm_stops_every_server_and_leaves_no_output(smoke_pair, tmp_path):
+    plan = _plan(tmp_path)
+    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    for line in proc.stderr:
+        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
+        if "cell baseline" in line or "cell baseline_aa" in line:
+            break
+    assert len(pids) == 2, pids
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids), "a server outlived its cohort job"
+    assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "out.json").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
