@@ -89,3 +89,22 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_a_hung_server_fails_the_cohort_long_before_the_request_timeout(smoke_pair, tmp_path):
+    """SIGSTOP on one server mid-cell: the liveness check beside the cell fails the job (the request timeout is 300 s)."""
+    plan = _plan(tmp_path)
+    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    for line in proc.stderr:
+        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
+        if "cell baseline" in line:
+            break
+    os.killpg(pids[0], signal.SIGSTOP)  # the server and its engine process: a hang, not a crash
+    stopped = time.monotonic()
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) != 0
+    assert time.monotonic() - stopped < 60
+    assert "stopped answering /health during a cell" in rest
+    assert not any(_alive(pid) for pid in pids)

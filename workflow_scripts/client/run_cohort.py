@@ -14,6 +14,8 @@ completes the same rounds.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import functools
 import hashlib
 import json
 import logging
@@ -25,6 +27,7 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import aiohttp
 import pandas as pd
 from tqdm import tqdm
 
@@ -35,12 +38,14 @@ from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
 from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
 from workflow_scripts.client.servers import Models, gpu_slices, member_gpus, member_server
-from workflow_scripts.launcher.process import ServerProcess
+from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
 from workflow_scripts.machine import stream_bandwidth_gbs
 
 log = logging.getLogger("benchmark")
 
 CELL_FILE = re.compile(r"^(?P<cell>[0-9a-f]+)-r(?P<round>\d+)-(?P<member>[A-Za-z0-9_-]+)\.parquet$")
+# the liveness check beside a running cell (watch): every 2 s, 5 s to answer, 3 misses in a row = hung
+HANG_EVERY_S, HANG_TIMEOUT_S, HANG_CHECKS = 2.0, 5.0, 3
 # a server's resident memory beyond its weights (torch, tokenizer, HTTP stack, KV cache of the smoke shapes)
 SERVER_OVERHEAD_MB = 900
 
@@ -130,7 +135,8 @@ class Cohort:
         cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
                              self.plan["request_timeout_s"])
         start_ts, t0 = time.time(), time.perf_counter()
-        result = run_cell(url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag)
+        result = run_cell(url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
+                          watchdog=functools.partial(watch, server, url))
         server.check_alive()
         if len(result.records) != cell_plan.total:
             raise RuntimeError(f"cell {tag}: sent {cell_plan.total} requests but recorded {len(result.records)}")
@@ -247,6 +253,23 @@ class Cohort:
     def records(self) -> pd.DataFrame:
         frames = [read_records(self.path(cell, member, r)) for (cell, member, r) in sorted(self.ledger.values)]
         return pd.concat(frames, ignore_index=True)
+
+
+async def watch(server: ServerProcess, url: str, session: aiohttp.ClientSession) -> None:
+    """Beside a running cell: a server that exits, or stops answering /health (a hang, e.g. SIGSTOP), fails the job
+    within ~HANG_CHECKS x (HANG_EVERY_S + HANG_TIMEOUT_S), long before the request timeout would."""
+    missed = 0
+    while True:
+        await asyncio.sleep(HANG_EVERY_S)
+        server.raise_if_dead("died during a cell")
+        try:
+            async with session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=HANG_TIMEOUT_S)) as resp:
+                missed = 0 if resp.status == 200 else missed + 1
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            missed += 1
+        if missed >= HANG_CHECKS:
+            raise ServerError(f"server at {url} stopped answering /health during a cell ({missed} checks in a row);"
+                              f" log {server.log_path} ends with:\n{log_tail(server.log_path)}")
 
 
 def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:
