@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -108,3 +110,36 @@ def test_a_hung_server_fails_the_cohort_long_before_the_request_timeout(smoke_pa
     assert time.monotonic() - stopped < 60
     assert "stopped answering /health during a cell" in rest
     assert not any(_alive(pid) for pid in pids)
+
+
+def test_a_damaged_model_fails_in_one_line_before_any_server_starts(smoke_pair, tmp_path):
+    target, draft = smoke_pair
+    damaged = tmp_path / "target"
+    shutil.copytree(target, damaged)
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    argv = _argv(_plan(tmp_path), (damaged, draft), tmp_path)
+    done = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "started server" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"{weights}: damaged model weights")
+
+
+def test_a_port_taken_between_its_choice_and_the_bind_is_replaced(smoke_pair, tmp_path):
+    """Another process binds the chosen port while the server loads: the launcher starts it again on another."""
+    plan = _plan(tmp_path)
+    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
+    squatter, retried = None, False
+    for line in proc.stderr:
+        found = re.search(r"started server pid \d+: .* --port (\d+)", line)
+        if found and squatter is None:
+            squatter = socket.socket()
+            squatter.bind(("127.0.0.1", int(found.group(1))))
+            squatter.listen()
+        if "retrying on another" in line:
+            retried = True
+            break
+    rest = proc.stderr.read()
+    assert retried, "the squatter lost the race: the server bound its port first"
+    assert proc.wait(timeout=300) == 0, rest[-3000:]
+    squatter.close()
+    assert (tmp_path / "out.parquet").is_file()

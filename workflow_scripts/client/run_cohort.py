@@ -29,6 +29,7 @@ from pathlib import Path
 
 import aiohttp
 import pandas as pd
+from safetensors import safe_open
 from tqdm import tqdm
 
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
@@ -58,11 +59,29 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
+def check_weights(path: Path) -> None:
+    """A damaged weights file fails the job in one line naming it, before any server starts (not as a server's
+    start-up traceback): safetensors' header must describe exactly the bytes that are there."""
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            for name in fh.keys():
+                fh.get_slice(name)
+        header = int.from_bytes(path.read_bytes()[:8], "little")
+        data = json.loads(path.read_bytes()[8:8 + header])
+        end = max(t["data_offsets"][1] for k, t in data.items() if k != "__metadata__")
+        if path.stat().st_size != 8 + header + end:
+            raise ValueError(f"{path.stat().st_size} bytes on disk, the header describes {8 + header + end}")
+    except Exception as err:  # safetensors raises its own error types for a bad header
+        raise SystemExit(f"{path}: damaged model weights ({err}); rebuild the pair (delete its folder and rerun)")
+
+
 def runtime_key(plan: dict, models: Models) -> str:
     """What the config cannot know: the built weights and the tuned MoE file. A change re-measures the cohort."""
     if plan["engine"] == "embedded":
-        weights = {role: sha256_file(d / "model.safetensors") for role, d in (("target", models.target),
-                                                                               ("draft", models.draft)) if d}
+        files = {role: d / "model.safetensors" for role, d in (("target", models.target), ("draft", models.draft)) if d}
+        for path in files.values():
+            check_weights(path)
+        weights = {role: sha256_file(path) for role, path in files.items()}
     else:
         weights = {"target": str(models.target), "draft": str(models.draft)}
     moe = sha256_file(Path(models.moe_installed["file"])) if models.moe_installed else None

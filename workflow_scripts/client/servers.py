@@ -7,6 +7,7 @@ SGLang servers share a node at once, the GPUs each one may use.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,8 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workflow_scripts.launcher.command import ServerSpec, build_command
-from workflow_scripts.launcher.process import ServerProcess, free_port
+from workflow_scripts.launcher.process import ServerError, ServerProcess, free_port
 from workflow_scripts.scaleout.checks import setting_gpus
+
+log = logging.getLogger(__name__)
+# uvicorn's (and so SGLang's) message when the port is in use; a server that says it is started again elsewhere
+PORT_TAKEN = "address already in use"
+PORT_ATTEMPTS = 3
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,6 @@ def member_server(plan: dict, name: str, models: Models, threads: int, log_dir: 
     """Start one member's server, check it loaded the MoE configs it should, yield (process, url), stop it."""
     args = plan["members"][name]["args"]
     spec = server_spec(plan, models, threads)
-    port = free_port(spec.host)
     env: dict[str, str | None] = dict(plan["server"]["env"])
     tuned = args.get("moe_config") == "tuned"
     if tuned and models.moe_installed is None:
@@ -74,11 +79,24 @@ def member_server(plan: dict, name: str, models: Models, threads: int, log_dir: 
     env["SGLANG_MOE_CONFIG_DIR"] = models.moe_installed["config_dir"] if tuned else None
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
-    url = f"http://{spec.host}:{port}"
-    with ServerProcess(build_command(spec, args, port), log_dir / f"{name}.log", url,
-                       plan["server"]["startup_timeout_s"], env) as server:
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = free_port(spec.host)
+        url = f"http://{spec.host}:{port}"
+        server = ServerProcess(build_command(spec, args, port), log_dir / f"{name}.log", url,
+                               plan["server"]["startup_timeout_s"], env)
+        try:
+            server.start()
+            break
+        except ServerError:
+            # another process took the port between its choice and the server's bind: choose another
+            if attempt == PORT_ATTEMPTS or PORT_TAKEN not in server.log_since_start():
+                raise
+            log.warning("setting %s: port %d was taken before the server bound it; retrying on another", name, port)
+    try:
         if tuned:
             from workflow_scripts.moe.verify import check_loaded
 
             check_loaded(server.log_since_start(), Path(models.moe_installed["file"]))
         yield server, url
+    finally:
+        server.stop()
