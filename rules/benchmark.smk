@@ -40,7 +40,9 @@ rule benchmark:
     shell:
         "python -m workflow_scripts.client.run_cohort --plan {params.plan:q} {params.models}"
         " --cells-dir {params.cells:q} --server-log-dir {params.servers:q}"
-        " --out {output.records:q} --meta-out {output.meta:q} --threads {threads} 2> {log}"
+        " --out {output.records:q} --meta-out {output.meta:q} --threads {threads}"
+        # $PPID: the Snakemake that runs this shell; if it is killed, the job stops instead of measuring on alone
+        " --supervisor-pid $PPID 2> {log}"
 
 
 rule requests:

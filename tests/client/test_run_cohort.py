@@ -143,3 +143,40 @@ def test_a_port_taken_between_its_choice_and_the_bind_is_replaced(smoke_pair, tm
     assert proc.wait(timeout=300) == 0, rest[-3000:]
     squatter.close()
     assert (tmp_path / "out.parquet").is_file()
+
+
+def test_the_job_stops_when_its_snakemake_is_gone(smoke_pair, tmp_path):
+    """Snakemake SIGKILLed leaves its jobs running; the cohort job notices before its next cell and stops its servers."""
+    plan = _plan(tmp_path)
+    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    supervisor = subprocess.Popen(["sleep", "600"])
+    argv = _argv(plan, smoke_pair, tmp_path) + ["--supervisor-pid", str(supervisor.pid)]
+    proc = subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    for line in proc.stderr:
+        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
+        if "cell baseline" in line:
+            break
+    assert len(pids) == 2, pids
+    supervisor.kill()
+    supervisor.wait()
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) != 0
+    assert f"(pid {supervisor.pid}) is gone: stopping" in rest
+    assert not any(_alive(pid) for pid in pids) and not (tmp_path / "out.parquet").exists()
+
+
+def test_a_server_killed_mid_cell_fails_the_cohort_and_keeps_the_finished_cells(smoke_pair, tmp_path):
+    plan = _plan(tmp_path)
+    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    for line in proc.stderr:
+        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
+        if "cell baseline" in line:
+            break
+    os.killpg(pids[0], signal.SIGKILL)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) != 0 and "ServerError" in rest and "died" in rest
+    finished = list((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
+    assert finished and all(len(pd.read_parquet(path)) for path in finished)  # whole cells, none half-written

@@ -148,6 +148,10 @@ class Cohort:
 
     # --- one measurement ---------------------------------------------------------------------------------------
     def measure(self, server: ServerProcess, url: str, cell: str, member: str, round_: int) -> None:
+        supervisor = self.args.supervisor_pid
+        if supervisor and not pid_alive(supervisor):
+            # Snakemake was killed (SIGKILL leaves its jobs running): stop, so its rerun measures alone
+            raise SystemExit(f"the Snakemake process that started this job (pid {supervisor}) is gone: stopping")
         spec = self.cells[cell]
         wl = spec["spec"]
         tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
@@ -297,6 +301,16 @@ def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:
     return {"aggregate_tok_s": float(row["aggregate_tok_s"]), "per_request_tok_s": float(row["per_request_tok_s_median"])}
 
 
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -321,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--meta-out", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--supervisor-pid", type=int, default=None,
+                        help="stop when this process (the Snakemake that runs the job: $PPID of its shell) is gone")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
     plan = json.loads(args.plan)
