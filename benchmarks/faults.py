@@ -116,14 +116,10 @@ def server_signal(study: Study, sig: signal.Signals) -> dict:
     t0 = time.monotonic()
     detected = wait_for(lambda: "ServerError" in study.job_log() or proc.poll() is not None)
     proc.wait(timeout=300)
+    saw = first_error(study.job_log())  # before the rerun overwrites the job's log
     before = study.cells()
     lost, redid = rerun(study, before)
-    return {"detected_s": detected - t0, "user_saw": first_error(study_error(study)), "lost": lost, "rerun": redid}
-
-
-def study_error(study: Study) -> str:
-    logs = sorted((study.results / "logs" / "benchmark").glob("*.log"))
-    return "\n".join(p.read_text(errors="replace") for p in logs)
+    return {"detected_s": detected - t0, "user_saw": saw, "lost": lost, "rerun": redid}
 
 
 def port_taken(study: Study) -> dict:
@@ -182,6 +178,8 @@ def snakemake_killed(study: Study) -> dict:
     os.kill(proc.pid, signal.SIGKILL)  # Snakemake alone: its job goes on as an orphan
     t0 = time.monotonic()
     detected = wait_for(lambda: "is gone: stopping" in study.job_log(), timeout=120)
+    time.sleep(2)  # the job stops its servers and exits
+    saw = next(ln for ln in study.job_log().splitlines() if "is gone: stopping" in ln)
     half = list(study.results.glob("benchmark/*.parquet")) + list(study.results.glob("**/.*.tmp"))
     before = study.cells()
     locked = study.run("-n")
@@ -189,8 +187,8 @@ def snakemake_killed(study: Study) -> dict:
     if note:
         study.run("--unlock")
     lost, redid = rerun(study, before)
-    return {"detected_s": detected - t0, "user_saw": first_error(study.job_log()[study.job_log().find("is gone") - 120:]),
-            "lost": lost, "rerun": f"{note}{redid}; half-written outputs: {len(half)}"}
+    return {"detected_s": detected - t0, "user_saw": saw.strip()[:140], "lost": lost,
+            "rerun": f"{note}{redid}; half-written outputs: {len(half)}"}
 
 
 def second_snakemake(study: Study) -> dict:

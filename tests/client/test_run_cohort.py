@@ -45,6 +45,24 @@ def _env() -> dict[str, str]:
     return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
 
 
+def _until_first_cell(argv: list[str]) -> tuple[subprocess.Popen, list[int]]:
+    """Start a long cohort job; return it and its servers' pids once a cell finished (its servers are all up)."""
+    proc = subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    for line in proc.stderr:
+        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
+        if "cell baseline" in line:
+            break
+    assert len(pids) == 2, pids
+    return proc, pids
+
+
+def _long(tmp_path: Path) -> dict:
+    plan = _plan(tmp_path)
+    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    return plan
+
+
 def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again(smoke_pair, tmp_path):
     plan = _plan(tmp_path)
     done = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
@@ -64,15 +82,8 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
 
 
 def test_sigterm_stops_every_server_and_leaves_no_output(smoke_pair, tmp_path):
-    plan = _plan(tmp_path)
-    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
-    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
-    pids: list[int] = []
-    for line in proc.stderr:
-        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
-        if "cell baseline" in line or "cell baseline_aa" in line:
-            break
-    assert len(pids) == 2, pids
+    plan = _long(tmp_path)
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path))
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 30
@@ -95,14 +106,8 @@ def _alive(pid: int) -> bool:
 
 def test_a_hung_server_fails_the_cohort_long_before_the_request_timeout(smoke_pair, tmp_path):
     """SIGSTOP on one server mid-cell: the liveness check beside the cell fails the job (the request timeout is 300 s)."""
-    plan = _plan(tmp_path)
-    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
-    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
-    pids: list[int] = []
-    for line in proc.stderr:
-        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
-        if "cell baseline" in line:
-            break
+    plan = _long(tmp_path)
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path))
     os.killpg(pids[0], signal.SIGSTOP)  # the server and its engine process: a hang, not a crash
     stopped = time.monotonic()
     rest = proc.stderr.read()
@@ -147,17 +152,9 @@ def test_a_port_taken_between_its_choice_and_the_bind_is_replaced(smoke_pair, tm
 
 def test_the_job_stops_when_its_snakemake_is_gone(smoke_pair, tmp_path):
     """Snakemake SIGKILLed leaves its jobs running; the cohort job notices before its next cell and stops its servers."""
-    plan = _plan(tmp_path)
-    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    plan = _long(tmp_path)
     supervisor = subprocess.Popen(["sleep", "600"])
-    argv = _argv(plan, smoke_pair, tmp_path) + ["--supervisor-pid", str(supervisor.pid)]
-    proc = subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE, text=True)
-    pids: list[int] = []
-    for line in proc.stderr:
-        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
-        if "cell baseline" in line:
-            break
-    assert len(pids) == 2, pids
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path) + ["--supervisor-pid", str(supervisor.pid)])
     supervisor.kill()
     supervisor.wait()
     rest = proc.stderr.read()
@@ -167,14 +164,8 @@ def test_the_job_stops_when_its_snakemake_is_gone(smoke_pair, tmp_path):
 
 
 def test_a_server_killed_mid_cell_fails_the_cohort_and_keeps_the_finished_cells(smoke_pair, tmp_path):
-    plan = _plan(tmp_path)
-    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
-    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
-    pids: list[int] = []
-    for line in proc.stderr:
-        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
-        if "cell baseline" in line:
-            break
+    plan = _long(tmp_path)
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path))
     os.killpg(pids[0], signal.SIGKILL)
     rest = proc.stderr.read()
     assert proc.wait(timeout=120) != 0 and "ServerError" in rest and "died" in rest
