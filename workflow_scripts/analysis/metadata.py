@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
+from workflow_scripts.redaction import redact_config
 
 CODE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,10 +82,11 @@ def git_state(repo: Path) -> dict[str, Any]:
 
 
 def collect(config: dict[str, Any], build_info: Path | None, repo: Path) -> dict[str, Any]:
+    """Everything the metadata page shows; `server.env` values are redacted (they may be tokens), keys kept."""
     info = None
     if build_info is not None and build_info.exists():
         info = json.loads(build_info.read_text(encoding="utf-8"))
-    return {"git": git_state(repo), "hardware": hardware(), "config": config,
+    return {"git": git_state(repo), "hardware": hardware(), "config": redact_config(config),
             "model_build_info": info, "packages": packages()}
 
 
