@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.engine.server_args import parse_server_args
+from workflow_scripts.server.server_args import parse_server_args
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer
 
-from workflow_scripts.engine.server_text import OutputText
+from workflow_scripts.server.server_text import OutputText
 
 
 @pytest.fixture(scope="module")

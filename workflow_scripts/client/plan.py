@@ -42,7 +42,7 @@ def setting_plan(config: dict, setting: str) -> dict:
         },
         "sglang": config["sglang"] if config["engine"] == "sglang" else None,
         # the embedded server is this package's code: an edit to it re-measures (SGLang reports its own version)
-        "engine_code": source_digest("engine") if config["engine"] == "embedded" else None,
+        "engine_code": source_digest("engine", "server") if config["engine"] == "embedded" else None,
         "workloads": {name: config["workloads"][name] for name in workloads},
         "concurrency": bench["concurrency"],
         "repeats": bench["repeats"],

@@ -15,8 +15,8 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from workflow_scripts.engine.http_errors import RequestError
-from workflow_scripts.engine.server_text import OutputText
+from workflow_scripts.server.http_errors import RequestError
+from workflow_scripts.server.server_text import OutputText
 from workflow_scripts.engine.types import SamplingParams, TokenEvent
 
 log = logging.getLogger(__name__)

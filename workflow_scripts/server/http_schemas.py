@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from workflow_scripts.engine.http_errors import RequestError
-from workflow_scripts.engine.server_generate import PreparedRequest
+from workflow_scripts.server.http_errors import RequestError
+from workflow_scripts.server.server_generate import PreparedRequest
 from workflow_scripts.engine.types import SamplingParams
 
 # pydantic puts the member type of a union into the error location; these are not field names.

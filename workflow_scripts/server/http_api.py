@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from workflow_scripts.engine.http_errors import RequestError, error_body, error_response
-from workflow_scripts.engine.http_openai import CompletionShaper
-from workflow_scripts.engine.http_schemas import ModelLimits, parse_json_object, prepare_completion, prepare_generate
-from workflow_scripts.engine.server_generate import Generator, PreparedRequest
+from workflow_scripts.server.http_errors import RequestError, error_body, error_response
+from workflow_scripts.server.http_openai import CompletionShaper
+from workflow_scripts.server.http_schemas import ModelLimits, parse_json_object, prepare_completion, prepare_generate
+from workflow_scripts.server.server_generate import Generator, PreparedRequest
 from workflow_scripts.engine.types import SamplingParams
 
 log = logging.getLogger(__name__)
