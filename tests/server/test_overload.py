@@ -52,14 +52,18 @@ class _StatsWatch:
         self._thread.join(timeout=10)
 
 
-def _wait_idle(server, timeout_s: float = 15.0) -> dict:
-    """The engine's stats once nothing runs or waits (or the last ones seen when the timeout ends)."""
+def _wait_stats(server, done, timeout_s: float = 15.0) -> dict:
+    """The engine's stats once `done(stats)` holds (or the last ones seen when the timeout ends)."""
     deadline = time.monotonic() + timeout_s
     while True:
         stats = _stats(server)
-        if (stats["num_running"] == 0 and stats["num_waiting"] == 0) or time.monotonic() > deadline:
+        if done(stats) or time.monotonic() > deadline:
             return stats
-        time.sleep(0.1)
+        time.sleep(0.05)
+
+
+def _wait_idle(server) -> dict:
+    return _wait_stats(server, lambda st: st["num_running"] == 0 and st["num_waiting"] == 0)
 
 
 @pytest.mark.parametrize("api", ["generate", "completions"])
@@ -105,9 +109,9 @@ def test_storm_of_disconnects_frees_every_slot(small_server):
     before = _stats(small_server)["total_generated_tokens"]
     socks = [_open_stream(small_server.url, {"input_ids": [i + 2, 5, 9], "stream": True, "sampling_params": long})
              for i in range(OVERLOAD)]
-    # once the first stream produces tokens, SLOTS run and the others wait in the queue
+    # the first stream produces tokens; then SLOTS run and the others wait in the queue
     _wait_streaming(socks[0], 30)
-    stats = _stats(small_server)
+    stats = _wait_stats(small_server, lambda st: st["num_running"] == SLOTS and st["num_waiting"] == OVERLOAD - SLOTS)
     assert stats["num_running"] == SLOTS and stats["num_waiting"] == OVERLOAD - SLOTS, stats
     for i, sock in enumerate(socks):
         if i % 2:  # half vanish abruptly (RST, as a killed client), half close politely (FIN)

@@ -2,8 +2,9 @@
 
 Checked against SGLang 0.5.23 (`srt/entrypoints/http_server.py`, `openai/serving_completions.py`,
 `benchmark/serving.py`): /generate streams cumulative `text` and `output_ids` (SGLang's default,
-`incremental_streaming_output=False`) as SSE `data:` lines ending in `data: [DONE]`; /v1/completions streams
-OpenAI text deltas; /server_info carries `internal_states[0].avg_spec_accept_length`.
+`incremental_streaming_output=False`) as SSE `data:` lines ending in `data: [DONE]`; /v1/completions and
+/v1/chat/completions stream OpenAI deltas; /server_info carries `internal_states[0].avg_spec_accept_length`.
+Every route declares its body and responses in /openapi.json (http_openapi.py).
 """
 
 from __future__ import annotations
@@ -19,8 +20,15 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from workflow_scripts.server.http_errors import RequestError, error_body, error_response
-from workflow_scripts.server.http_openai import CompletionShaper
-from workflow_scripts.server.http_schemas import ModelLimits, parse_json_object, prepare_completion, prepare_generate
+from workflow_scripts.server.http_openai import ChatShaper, CompletionShaper
+from workflow_scripts.server.http_openapi import build_openapi, operation, ref
+from workflow_scripts.server.http_schemas import (
+    ModelLimits,
+    parse_json_object,
+    prepare_chat,
+    prepare_completion,
+    prepare_generate,
+)
 from workflow_scripts.server.server_generate import Generator, PreparedRequest
 from workflow_scripts.engine.types import SamplingParams
 
@@ -95,9 +103,35 @@ async def _final(gen: Generator, reqs: list[PreparedRequest], request: Request) 
         raise _engine_refusal(err) from None
 
 
+async def _openai_route(
+    gen: Generator, reqs: list[PreparedRequest], body, shaper: CompletionShaper, request: Request
+) -> Response:
+    """The answer of /v1/completions or /v1/chat/completions: one JSON object, or the SSE stream of chunks."""
+    if not body.stream:
+        results = await _final(gen, reqs, request)
+        if results is None:
+            return Response(status_code=499)
+        return JSONResponse(shaper.response(results))
+
+    def tail() -> list[bytes]:
+        include_usage = body.stream_options is not None and body.stream_options.include_usage
+        return [sse(shaper.usage_chunk())] if include_usage else []
+
+    outputs = gen.merged_outputs(reqs, request.is_disconnected)
+    return await _first_then_rest(outputs, lambda out: [sse(chunk) for chunk in shaper.chunks(out)], tail)
+
+
 def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="specstudy embedded engine (SGLang API)", version=SERVER_VERSION)
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app, state.limits)
+        return app.openapi_schema
+
+    app.openapi = openapi
     gen = state.generator
+    json_ = "application/json"
 
     @app.exception_handler(RequestError)
     async def _request_error(_: Request, err: RequestError) -> JSONResponse:
@@ -109,7 +143,10 @@ def create_app(state: ServerState) -> FastAPI:
         log.exception("internal error")
         return JSONResponse(error_body(f"internal error: {err!r}", None, 500), status_code=500)
 
-    @app.api_route("/generate", methods=["POST", "PUT"])
+    generate_ok = {"anyOf": [ref("GenerateOutput"), {"type": "array", "items": ref("GenerateOutput")}]}
+
+    @app.api_route("/generate", methods=["POST", "PUT"],
+                   openapi_extra=operation({json_: generate_ok}, body="GenerateReqInput", stream="GenerateOutput"))
     async def generate(request: Request) -> Response:
         reqs, stream, is_batch = prepare_generate(await _json_body(request), state.limits)
         if stream:
@@ -120,47 +157,42 @@ def create_app(state: ServerState) -> FastAPI:
             return Response(status_code=499)
         return JSONResponse(results if is_batch else results[0])
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=operation(
+        {json_: ref("CompletionResponse")}, body="CompletionRequest", stream="CompletionResponse"))
     async def completions(request: Request) -> Response:
         reqs, body = prepare_completion(await _json_body(request), state.limits)
-        shaper = CompletionShaper(body.model)
-        if not body.stream:
-            results = await _final(gen, reqs, request)
-            if results is None:
-                return Response(status_code=499)
-            return JSONResponse(shaper.response(results))
+        return await _openai_route(gen, reqs, body, CompletionShaper(body.model), request)
 
-        def tail() -> list[bytes]:
-            include_usage = body.stream_options is not None and body.stream_options.include_usage
-            return [sse(shaper.usage_chunk())] if include_usage else []
+    @app.post("/v1/chat/completions", openapi_extra=operation(
+        {json_: ref("ChatCompletionResponse")}, body="ChatCompletionRequest", stream="ChatCompletionChunk"))
+    async def chat_completions(request: Request) -> Response:
+        req, body = prepare_chat(await _json_body(request), state.limits)
+        return await _openai_route(gen, [req], body, ChatShaper(body.model), request)
 
-        outputs = gen.merged_outputs(reqs, request.is_disconnected)
-        return await _first_then_rest(outputs, lambda out: [sse(shaper.chunk(out))], tail)
-
-    @app.get("/v1/models")
+    @app.get("/v1/models", openapi_extra=operation({json_: ref("ModelList")}))
     async def models() -> dict:
         return {"object": "list", "data": [_model_card(state)]}
 
-    @app.get("/v1/models/{model:path}")
+    @app.get("/v1/models/{model:path}", openapi_extra=operation({json_: ref("ModelCard")}, not_found=True))
     async def model(model: str) -> Response:
         card = _model_card(state)
         if model != card["id"]:
             raise RequestError("model", f"{model!r} is not served here (serving {card['id']!r})", status_code=404)
         return JSONResponse(card)
 
-    @app.get("/health")
+    @app.get("/health", response_class=Response, openapi_extra=operation({}, unavailable=True))
     async def health() -> Response:
         return Response(status_code=200 if state.ready else 503)
 
-    @app.get("/health_generate")
+    @app.get("/health_generate", response_class=Response, openapi_extra=operation({}, unavailable=True))
     async def health_generate() -> Response:
         if not state.ready:
             return Response(status_code=503)
         ok = await _one_token(gen)
         return Response(status_code=200 if ok else 503)
 
-    @app.get("/server_info")
-    @app.get("/get_server_info")
+    @app.get("/server_info", openapi_extra=operation({json_: ref("ServerInfo")}))
+    @app.get("/get_server_info", openapi_extra=operation({json_: ref("ServerInfo")}))
     async def server_info() -> dict:
         return {
             **state.server_info,
@@ -170,15 +202,16 @@ def create_app(state: ServerState) -> FastAPI:
             "frontend": "python",
         }
 
-    @app.get("/model_info")
-    @app.get("/get_model_info")
+    @app.get("/model_info", openapi_extra=operation({json_: ref("ModelInfo")}))
+    @app.get("/get_model_info", openapi_extra=operation({json_: ref("ModelInfo")}))
     async def model_info() -> dict:
         return state.model_info
 
-    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    @app.api_route("/flush_cache", methods=["GET", "POST"],
+                   openapi_extra=operation({"text/plain": {"type": "string"}}))
     async def flush_cache() -> Response:
         # The engine keeps no prefix cache across requests, so there is nothing to flush.
-        return Response(content="Cache flushed.\n", status_code=200)
+        return Response(content="Cache flushed.\n", status_code=200, media_type="text/plain")
 
     return app
 

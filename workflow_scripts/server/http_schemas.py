@@ -1,10 +1,17 @@
-"""Request bodies of /generate and /v1/completions, validated strictly, turned into engine requests.
+"""Request bodies of /generate, /v1/completions and /v1/chat/completions, validated strictly, turned into engine
+requests.
 
 Field names, defaults and range checks follow SGLang (`GenerateReqInput`, `SamplingParams.verify`,
-`CompletionRequest`, `TokenizerManager._validate_one_request`). Types are strict: a string where a number
-belongs is refused rather than coerced. SGLang knobs the embedded engine does not implement are accepted at
-their neutral value and refused otherwise, so a client never gets silently different sampling.
+`CompletionRequest`, `ChatCompletionRequest`, `TokenizerManager._validate_one_request`). Types are strict: a string
+where a number belongs is refused rather than coerced. SGLang knobs the embedded engine does not implement are
+accepted at their neutral value and refused otherwise, so a client never gets silently different sampling.
 Every refusal is a `RequestError` naming the field in the client's own vocabulary.
+
+The same pydantic models are the OpenAPI document's request schemas (http_openapi.py). Where a check is code
+rather than a pydantic constraint (non-empty strings, neutral-only knobs), a `WithJsonSchema` states it, so the
+document accepts exactly what the server accepts. Limits of the served model are markers (TOKEN_ID, MAX_TOKENS,
+PROMPT_IDS) that the document fills in from the model, as are references between schemas (REF). One rule no JSON Schema can state stays prose: the prompt's
+tokens plus max_new_tokens must fit in the context length.
 """
 
 from __future__ import annotations
@@ -14,7 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, WithJsonSchema, field_validator
 
 from workflow_scripts.server.http_errors import RequestError
 from workflow_scripts.server.server_generate import PreparedRequest
@@ -40,10 +49,16 @@ def _validate(model: type[BaseModel], data: Any, prefix: str = "", rename: dict[
         raise RequestError(field.rstrip("."), first["msg"]) from None
 
 
+def _json_number(text: str) -> int | float:
+    """JSON (and JSON Schema) do not tell 1.0 from 1: an integral number is an int, so an int field takes it."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
+
+
 def parse_json_object(raw: bytes) -> dict:
     """The request body as a JSON object, or a RequestError naming `body`."""
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_float=_json_number)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise RequestError("body", f"not valid JSON ({err})") from None
     if not isinstance(body, dict):
@@ -51,37 +66,68 @@ def parse_json_object(raw: bytes) -> dict:
     return body
 
 
+# Markers in the request schemas, replaced by the served model's limits when the OpenAPI document is built.
+TOKEN_ID = "x-token-id"  # an integer token id: maximum = vocab_size - 1
+MAX_TOKENS = "x-max-tokens"  # a token budget: maximum = context_length - 1
+PROMPT_IDS = "x-prompt-ids"  # a prompt as ids: maxItems = context_length - 1
+NULL = {"type": "null"}
+NON_EMPTY_STR = {"type": "string", "minLength": 1}
+TOKEN_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0, TOKEN_ID: True}}
+PROMPT_TOKEN_IDS = {**TOKEN_IDS, "minItems": 1, PROMPT_IDS: True}
+
+
+def _schema(schema: dict, description: str | None = None) -> WithJsonSchema:
+    return WithJsonSchema({**schema, "description": description} if description else schema)
+
+
+def _const(value: Any) -> dict:
+    """JSON Schema's const compares numbers by value (1.0 matches 1); an int field is strict about its type."""
+    if value is None:
+        return NULL
+    return {"const": value, "type": "integer"} if type(value) is int else {"const": value}
+
+
+def _only(value: Any) -> WithJsonSchema:
+    """Documents a knob the embedded engine accepts only at its neutral value."""
+    return _schema(_const(value), f"not supported by the embedded engine: only {json.dumps(value)}")
+
+
 class SamplingParamsIn(BaseModel):
     """SGLang's `sampling_params`. Unknown keys are refused, as SGLang's `SamplingParams(**d)` refuses them."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
-    max_new_tokens: int | None = Field(128, ge=0)
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    max_new_tokens: Annotated[int | None, _schema(
+        {"anyOf": [{"type": "integer", "minimum": 0, MAX_TOKENS: True}, NULL]},
+        "null: up to the context length; prompt tokens + max_new_tokens must fit in the context length",
+    )] = Field(128, ge=0)
+    stop: Annotated[str | list[str] | None, _schema(
+        {"anyOf": [NON_EMPTY_STR, {"type": "array", "items": NON_EMPTY_STR}, NULL]})] = None
+    stop_token_ids: Annotated[list[int] | None, _schema({"anyOf": [TOKEN_IDS, NULL]})] = None
     temperature: float = Field(1.0, ge=0.0, allow_inf_nan=False)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
-    top_k: int = -1
+    top_k: Annotated[int, _schema({"anyOf": [_const(-1), {"type": "integer", "minimum": 1}]},
+                                  "-1 disables top-k")] = -1
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     stream_interval: int | None = Field(None, ge=1)
     # Implemented by SGLang, not by the embedded engine: only the neutral value is accepted.
-    min_p: float = 0.0
-    frequency_penalty: float = 0.0
-    presence_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    min_new_tokens: int = 0
-    n: int = 1
-    json_schema: str | None = None
-    regex: str | None = None
-    ebnf: str | None = None
-    structural_tag: str | None = None
-    stop_regex: str | list[str] | None = None
-    logit_bias: dict[str, float] | None = None
-    sampling_seed: int | None = None
-    custom_params: dict[str, Any] | None = None
+    min_p: Annotated[float, _only(0.0)] = 0.0
+    frequency_penalty: Annotated[float, _only(0.0)] = 0.0
+    presence_penalty: Annotated[float, _only(0.0)] = 0.0
+    repetition_penalty: Annotated[float, _only(1.0)] = 1.0
+    min_new_tokens: Annotated[int, _only(0)] = 0
+    n: Annotated[int, _only(1)] = 1
+    json_schema: Annotated[str | None, _only(None)] = None
+    regex: Annotated[str | None, _only(None)] = None
+    ebnf: Annotated[str | None, _only(None)] = None
+    structural_tag: Annotated[str | None, _only(None)] = None
+    stop_regex: Annotated[str | list[str] | None, _only(None)] = None
+    logit_bias: Annotated[dict[str, float] | None, _only(None)] = None
+    sampling_seed: Annotated[int | None, _only(None)] = None
+    custom_params: Annotated[dict[str, Any] | None, _only(None)] = None
 
     @field_validator("top_k")
     @classmethod
@@ -104,29 +150,56 @@ _UNSUPPORTED_SAMPLING = (
 )  # fmt: skip
 
 
-class GenerateIn(BaseModel):
+REF = "x-ref"  # marker: a reference to another model's schema (pydantic resolves a literal $ref itself)
+
+
+def _ref(name: str) -> dict:
+    return {REF: name}
+
+
+class GenerateBase(BaseModel):
     """SGLang's `GenerateReqInput` (the fields this server reads or must refuse; other fields are ignored)."""
 
     model_config = ConfigDict(strict=True, extra="ignore")
 
-    text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
-    sampling_params: dict | list[dict] | None = None
-    rid: str | list[str] | None = None
+    sampling_params: Annotated[dict | list[dict] | None, _schema(
+        {"anyOf": [_ref("SamplingParamsIn"), {"type": "array", "items": _ref("SamplingParamsIn")}, NULL]},
+        "one for every prompt, or a list with one per prompt of a batch")] = None
+    rid: Annotated[str | list[str] | None, _schema(
+        {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}, "uniqueItems": True}, NULL]},
+        "request id (one per prompt of a batch); must not be in flight already")] = None
     stream: bool = False
-    return_logprob: bool | list[bool] | None = None
+    return_logprob: Annotated[bool | list[bool] | None, _schema(
+        {"anyOf": [{"const": False}, {"type": "array", "items": {"const": False}}, NULL]},
+        "not supported by the embedded engine: only false")] = None
     logprob_start_len: int | list[int] | None = None
     top_logprobs_num: int | list[int] | None = None
     token_ids_logprob: list[int] | list[list[int]] | None = None
-    return_text_in_logprobs: bool = False
-    return_hidden_states: bool = False
-    return_routed_experts: bool = False
+    return_text_in_logprobs: Annotated[bool, _only(False)] = False
+    return_hidden_states: Annotated[bool, _only(False)] = False
+    return_routed_experts: Annotated[bool, _only(False)] = False
     log_metrics: bool = True
-    lora_path: str | list[str | None] | None = None
-    image_data: Any = None
-    video_data: Any = None
-    audio_data: Any = None
-    input_embeds: Any = None
+    lora_path: Annotated[str | list[str | None] | None, _only(None)] = None
+    image_data: Annotated[Any, _only(None)] = None
+    video_data: Annotated[Any, _only(None)] = None
+    audio_data: Annotated[Any, _only(None)] = None
+    input_embeds: Annotated[Any, _only(None)] = None
+
+
+class GenerateText(GenerateBase):
+    """A /generate request whose prompt is text (one string, or a batch of strings)."""
+
+    text: Annotated[str | list[str], _schema(
+        {"anyOf": [NON_EMPTY_STR, {"type": "array", "items": NON_EMPTY_STR, "minItems": 1}]})]
+    input_ids: Annotated[None, _schema(NULL, "give exactly one of text or input_ids")] = None
+
+
+class GenerateIds(GenerateBase):
+    """A /generate request whose prompt is token ids (one list, or a batch of lists)."""
+
+    input_ids: Annotated[list[int] | list[list[int]], _schema(
+        {"anyOf": [PROMPT_TOKEN_IDS, {"type": "array", "items": PROMPT_TOKEN_IDS, "minItems": 1}]})]
+    text: Annotated[None, _schema(NULL, "give exactly one of text or input_ids")] = None
 
 
 class StreamOptionsIn(BaseModel):
@@ -141,15 +214,53 @@ class CompletionIn(BaseModel):
     model_config = ConfigDict(strict=True, extra="ignore")
 
     model: str = "default"
-    prompt: str | list[int] | list[str] | list[list[int]]
-    best_of: int | None = None
-    echo: bool = False
-    logprobs: int | None = None
+    prompt: Annotated[str | list[int] | list[str] | list[list[int]], _schema({"anyOf": [
+        NON_EMPTY_STR, PROMPT_TOKEN_IDS, {"type": "array", "items": NON_EMPTY_STR, "minItems": 1},
+        {"type": "array", "items": PROMPT_TOKEN_IDS, "minItems": 1},
+    ]})]
+    best_of: Annotated[int | None, _schema({"anyOf": [_const(1), NULL]},
+                                           "not supported by the embedded engine: only 1")] = None
+    echo: Annotated[bool, _only(False)] = False
+    logprobs: Annotated[int | None, _only(None)] = None
     stream: bool = False
     stream_options: StreamOptionsIn | None = None
-    suffix: str | None = None
+    suffix: Annotated[str | None, _only(None)] = None
     user: str | None = None
-    lora_path: str | None = None
+    lora_path: Annotated[str | None, _only(None)] = None
+
+
+class ChatContentPart(BaseModel):
+    """A text part of a message's content (the models take no images or audio)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessageIn(BaseModel):
+    model_config = ConfigDict(strict=True, extra="ignore")
+    role: Literal["system", "user", "assistant"]
+    content: str | list[ChatContentPart]
+
+    def text(self) -> str:
+        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+
+
+class ChatCompletionIn(BaseModel):
+    """OpenAI `/v1/chat/completions` fields other than sampling ones (those go through SamplingParamsIn)."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
+
+    model: str = "default"
+    messages: list[ChatMessageIn] = Field(min_length=1)
+    stream: bool = False
+    stream_options: StreamOptionsIn | None = None
+    user: str | None = None
+    logprobs: Annotated[bool | None, _schema({"anyOf": [{"const": False}, NULL]},
+                                             "not supported by the embedded engine: only false")] = None
+    top_logprobs: Annotated[int | None, _only(None)] = None
+    tools: Annotated[list[Any] | None, _only(None)] = None
+    response_format: Annotated[dict[str, Any] | None, _only(None)] = None
 
 
 # OpenAI completion field -> SGLang sampling_params key (SGLang's `_convert_to_internal_request`).
@@ -166,7 +277,7 @@ COMPLETION_SAMPLING_FIELDS = {
         )
     },
 }  # fmt: skip
-OPENAI_DEFAULT_MAX_TOKENS = 16
+OPENAI_DEFAULT_MAX_TOKENS = 16  # /v1/completions; chat has none: it runs to EOS or the context length, as SGLang
 
 
 @dataclass(frozen=True)
@@ -176,6 +287,8 @@ class ModelLimits:
     vocab_size: int
     context_length: int
     encode: Callable[[str], list[int]]
+    # the prompt text of a conversation (the model's chat template); None when the model has no template
+    chat_prompt: Callable[[list[dict]], str] | None = None
 
 
 def _refuse_unless_default(model: BaseModel, names: Sequence[str], prefix: str, rename: dict[str, str]) -> None:
@@ -265,9 +378,7 @@ def _encode(texts: list[str], field: str, is_batch: bool, limits: ModelLimits) -
 
 def prepare_generate(body: dict, limits: ModelLimits) -> tuple[list[PreparedRequest], bool, bool]:
     """(requests, stream, is_batch) for a /generate body."""
-    req = _validate(GenerateIn, body)
-    if (req.text is None) == (req.input_ids is None):
-        raise RequestError("text", "give exactly one of text or input_ids")
+    req = _validate(GenerateIds if body.get("input_ids") is not None else GenerateText, body)
     for name in ("return_hidden_states", "return_routed_experts", "return_text_in_logprobs"):
         if getattr(req, name):
             raise RequestError(name, "is not supported by the embedded engine")
@@ -276,7 +387,7 @@ def prepare_generate(body: dict, limits: ModelLimits) -> tuple[list[PreparedRequ
     for name in ("lora_path", "image_data", "video_data", "audio_data", "input_embeds"):
         if getattr(req, name) is not None:
             raise RequestError(name, "is not supported by the embedded engine")
-    if req.text is not None:
+    if isinstance(req, GenerateText):
         is_batch = isinstance(req.text, list)
         prompt_field = "text"
         prompts = _encode(req.text if is_batch else [req.text], "text", is_batch, limits)
@@ -298,6 +409,22 @@ def prepare_generate(body: dict, limits: ModelLimits) -> tuple[list[PreparedRequ
     return prepared, req.stream, is_batch
 
 
+def _openai_sampling(
+    body: dict, fields: dict[str, str], default_max_tokens: int | None
+) -> tuple[SamplingParamsIn, dict[str, str]]:
+    """The sampling params of an OpenAI body (its top-level fields), and the internal -> OpenAI name map that
+    errors use. Of two OpenAI names for one internal field, the one later in `fields` wins unless it is null."""
+    raw_sp: dict[str, Any] = {"max_new_tokens": default_max_tokens}
+    back: dict[str, str] = {}
+    given: set[str] = set()
+    for name, internal in fields.items():
+        back.setdefault(internal, name)
+        if name in body and (body[name] is not None or internal not in given):
+            raw_sp[internal], back[internal] = body[name], name
+            given.add(internal)
+    return _sampling(raw_sp, "", back), back
+
+
 def prepare_completion(body: dict, limits: ModelLimits) -> tuple[list[PreparedRequest], CompletionIn]:
     """(requests, parsed body) for a /v1/completions body."""
     req = _validate(CompletionIn, body)
@@ -306,10 +433,7 @@ def prepare_completion(body: dict, limits: ModelLimits) -> tuple[list[PreparedRe
     for name, neutral in (("echo", False), ("logprobs", None), ("suffix", None), ("lora_path", None)):
         if getattr(req, name) != neutral:
             raise RequestError(name, f"is not supported by the embedded engine (only {json.dumps(neutral)})")
-    raw_sp = {internal: body[name] for name, internal in COMPLETION_SAMPLING_FIELDS.items() if name in body}
-    raw_sp.setdefault("max_new_tokens", OPENAI_DEFAULT_MAX_TOKENS)
-    back = {internal: name for name, internal in COMPLETION_SAMPLING_FIELDS.items()}
-    sp = _sampling(raw_sp, "", back)
+    sp, back = _openai_sampling(body, COMPLETION_SAMPLING_FIELDS, OPENAI_DEFAULT_MAX_TOKENS)
     prompt = req.prompt
     if isinstance(prompt, str):
         prompts, is_batch = _encode([prompt], "prompt", False, limits), False
@@ -324,3 +448,25 @@ def prepare_completion(body: dict, limits: ModelLimits) -> tuple[list[PreparedRe
         for i, ids in enumerate(prompts)
     ]
     return prepared, req
+
+
+# Chat adds OpenAI's newer name for the output budget; SGLang prefers it over max_tokens when both are given.
+CHAT_SAMPLING_FIELDS = {**COMPLETION_SAMPLING_FIELDS, "max_completion_tokens": "max_new_tokens"}
+
+
+def prepare_chat(body: dict, limits: ModelLimits) -> tuple[PreparedRequest, ChatCompletionIn]:
+    """(request, parsed body) for a /v1/chat/completions body: the messages rendered by the chat template."""
+    req = _validate(ChatCompletionIn, body)
+    if limits.chat_prompt is None:
+        raise RequestError("messages", "the served model has no chat template (tokenizer_config.json chat_template)")
+    if req.logprobs:
+        raise RequestError("logprobs", "is not supported by the embedded engine (only false)")
+    for name in ("top_logprobs", "tools", "response_format"):
+        if getattr(req, name) is not None:
+            raise RequestError(name, "is not supported by the embedded engine (only null)")
+    sp, back = _openai_sampling(body, CHAT_SAMPLING_FIELDS, None)
+    try:
+        text = limits.chat_prompt([{"role": m.role, "content": m.text()} for m in req.messages])
+    except ValueError as err:  # the template refused the conversation
+        raise RequestError("messages", str(err)) from None
+    return _prepare_one(limits.encode(text), sp, limits, "messages", "", back, None), req

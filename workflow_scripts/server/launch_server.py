@@ -45,6 +45,7 @@ def build_state(args: ServerArgs):
     """Load tokenizer and engine and wire them to the HTTP layer; raises EngineConfigError or ServerArgsError."""
     from tokenizers import Tokenizer
 
+    from workflow_scripts.server.chat_template import load_chat_template
     from workflow_scripts.server.http_api import ServerState
     from workflow_scripts.server.http_schemas import ModelLimits
     from workflow_scripts.engine.scheduler import Engine
@@ -55,6 +56,10 @@ def build_state(args: ServerArgs):
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
     except Exception as err:  # tokenizers raises a bare Exception on a malformed file
         raise ServerArgsError(f"--tokenizer-path: cannot load {tokenizer_file}: {err}") from None
+    try:
+        chat_prompt = load_chat_template(Path(args.tokenizer_path))
+    except ValueError as err:
+        raise ServerArgsError(f"--tokenizer-path: {err}") from None
     engine = Engine(
         Path(args.model_path),
         args.spec_config(),
@@ -75,6 +80,7 @@ def build_state(args: ServerArgs):
             vocab_size=engine.vocab_size,
             context_length=engine.context_length,
             encode=lambda text: tokenizer.encode(text).ids,
+            chat_prompt=chat_prompt,
         ),
         server_info={**args.to_dict(), "engine": "specstudy-embedded"},
         model_info={

@@ -67,7 +67,9 @@ class Generator:
         self._in_flight: set[str] = set()
         self.last_event_time = 0.0  # time.monotonic() of the latest engine event for any request
 
-    def _submit(self, req: PreparedRequest) -> asyncio.Queue[TokenEvent]:
+    def _submit(self, req: PreparedRequest) -> tuple[asyncio.Queue[TokenEvent], str]:
+        """Submit to the engine under a fresh engine id: the engine drops an aborted request only at its next
+        step, so a client that reuses its rid at once must not collide with it. Returns (queue, engine id)."""
         if req.rid in self._in_flight:
             raise RequestError("rid", f"{req.rid!r} is already in flight")
         loop = asyncio.get_running_loop()
@@ -83,9 +85,10 @@ class Generator:
             except RuntimeError:  # loop already closed: the server is shutting down
                 pass
 
-        self.engine.submit(req.rid, req.input_ids, req.params, sink)
+        engine_rid = f"{req.rid}#{uuid.uuid4().hex[:12]}"
+        self.engine.submit(engine_rid, req.input_ids, req.params, sink)
         self._in_flight.add(req.rid)
-        return queue
+        return queue, engine_rid
 
     async def _next_events(self, queue: asyncio.Queue[TokenEvent], client: _ClientWatch) -> list[TokenEvent] | None:
         """The events queued so far (at least one), or None once the client has gone."""
@@ -138,7 +141,7 @@ class Generator:
         """
         t0 = time.perf_counter()
         out = OutputText(lambda ids: self.decode(ids, req.skip_special_tokens), req.stop_strs, req.no_stop_trim)
-        queue = self._submit(req)
+        queue, engine_rid = self._submit(req)
         client = _ClientWatch(is_disconnected)
         finished = False
         emitted_tokens = 0
@@ -170,7 +173,7 @@ class Generator:
             if not finished:
                 log.info("request %s: client disconnected before the end; aborting it", req.rid)
             if not finished or out.matched_stop is not None:
-                self.engine.abort(req.rid)
+                self.engine.abort(engine_rid)
             self._in_flight.discard(req.rid)
 
     async def merged_outputs(
