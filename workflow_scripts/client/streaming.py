@@ -1,7 +1,8 @@
 """One streamed request against an SGLang-compatible server, timed chunk by chunk.
 
 Speaks SGLang's native `POST /generate` (the default: it returns per-request `meta_info` with the
-speculation counters) and OpenAI's `POST /v1/completions`. All timestamps come from `time.perf_counter()`,
+speculation counters), OpenAI's `POST /v1/completions` (api `openai`) and `POST /v1/chat/completions` (api `chat`:
+the prompt's text as one user message, which the server wraps in the model's chat template). All timestamps come from `time.perf_counter()`,
 one monotonic clock per process.
 """
 
@@ -68,6 +69,14 @@ def completions_payload(prompt: Prompt, params: dict, model: str) -> dict:
     }
 
 
+def chat_payload(prompt: Prompt, params: dict, model: str) -> dict:
+    if prompt.text is None:
+        raise ValueError(f"prompt {prompt.prompt_id}: the chat API needs the prompt's text, it has only token ids")
+    body = completions_payload(prompt, params, model)
+    del body["prompt"]
+    return {**body, "messages": [{"role": "user", "content": prompt.text}]}
+
+
 async def _sse_events(resp: aiohttp.ClientResponse):
     """Yield the JSON payload of each `data:` line until `data: [DONE]`."""
     async for raw in resp.content:
@@ -105,19 +114,28 @@ def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
         rec.accept_length = meta.get("spec_accept_length") or (done / meta["spec_verify_ct"] if meta["spec_verify_ct"] else None)
 
 
-def _on_completions_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+def _on_openai_chunk(rec: RequestRecord, chunk: dict, now: float, text_of) -> None:
     usage = chunk.get("usage")
     if usage:
         rec.prompt_tokens = usage.get("prompt_tokens")
         rec.output_tokens = usage.get("completion_tokens")
     for choice in chunk.get("choices", []):
-        if choice.get("text"):
+        text = text_of(choice)
+        if text:
             if rec.first_token_ts is None:
                 rec.first_token_ts = now
             rec.chunk_ts.append(now)
-            rec.text += choice["text"]
+            rec.text += text
         if choice.get("finish_reason"):
             rec.finish_reason = choice["finish_reason"]
+
+
+def _on_completions_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+    _on_openai_chunk(rec, chunk, now, lambda choice: choice.get("text"))
+
+
+def _on_chat_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+    _on_openai_chunk(rec, chunk, now, lambda choice: (choice.get("delta") or {}).get("content"))
 
 
 async def send(
@@ -126,6 +144,8 @@ async def send(
     """Send one streaming request; never raises for a server-side failure: the error text lands in the record."""
     if api == "generate":
         url, body, on_chunk = f"{base_url}/generate", generate_payload(prompt, params), _on_generate_chunk
+    elif api == "chat":
+        url, body, on_chunk = f"{base_url}/v1/chat/completions", chat_payload(prompt, params, model), _on_chat_chunk
     else:
         url, body, on_chunk = f"{base_url}/v1/completions", completions_payload(prompt, params, model), _on_completions_chunk
     rec = RequestRecord(request_id=request_id, prompt_id=prompt.prompt_id, send_ts=time.perf_counter())
