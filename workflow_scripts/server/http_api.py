@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from workflow_scripts.server.engine_client import EngineClient, EngineDied
 from workflow_scripts.server.http_errors import RequestError, error_body, error_response
 from workflow_scripts.server.http_openai import CompletionShaper
 from workflow_scripts.server.http_schemas import ModelLimits, parse_json_object, prepare_completion, prepare_generate
@@ -38,8 +39,8 @@ class ServerState:
     limits: ModelLimits
     server_info: dict  # resolved server args, reported by /server_info
     model_info: dict
-    engine_stats: Callable[[], dict]
-    ready: bool = False  # set after the warm-up request; /health* answer 503 until then
+    engine: EngineClient
+    ready: bool = False  # set after the warm-up request; /health* answer 503 until then (and once the engine died)
     startup_time: float = field(default_factory=time.time)
 
 
@@ -64,6 +65,8 @@ async def _first_then_rest(
         raise
     except ValueError as err:  # the engine refused it; its messages start with the field name
         raise _engine_refusal(err) from None
+    except EngineDied as err:
+        raise _engine_gone(err) from None
 
     async def body() -> AsyncIterator[bytes]:
         try:
@@ -74,11 +77,18 @@ async def _first_then_rest(
                     yield chunk
             for chunk in tail():
                 yield chunk
-            yield sse("[DONE]")
+        except EngineDied as err:  # SGLang's in-stream error: an `error` chunk, then [DONE]
+            log.error("stream ended by engine death: %s", err)
+            yield sse(error_body(str(err), None, 503))
         finally:
             await outputs.aclose()
+        yield sse("[DONE]")
 
     return StreamingResponse(body(), media_type="text/event-stream")
+
+
+def _engine_gone(err: EngineDied) -> RequestError:
+    return RequestError("engine", str(err), status_code=503)
 
 
 def _engine_refusal(err: ValueError) -> RequestError:
@@ -93,6 +103,8 @@ async def _final(gen: Generator, reqs: list[PreparedRequest], request: Request) 
         raise
     except ValueError as err:
         raise _engine_refusal(err) from None
+    except EngineDied as err:
+        raise _engine_gone(err) from None
 
 
 def create_app(state: ServerState) -> FastAPI:
@@ -150,11 +162,11 @@ def create_app(state: ServerState) -> FastAPI:
 
     @app.get("/health")
     async def health() -> Response:
-        return Response(status_code=200 if state.ready else 503)
+        return Response(status_code=200 if state.ready and not state.engine.dead else 503)
 
     @app.get("/health_generate")
     async def health_generate() -> Response:
-        if not state.ready:
+        if not state.ready or state.engine.dead:
             return Response(status_code=503)
         ok = await _one_token(gen)
         return Response(status_code=200 if ok else 503)
@@ -165,7 +177,7 @@ def create_app(state: ServerState) -> FastAPI:
         return {
             **state.server_info,
             "startup_time": state.startup_time,
-            "internal_states": [state.engine_stats()],
+            "internal_states": [await _engine_stats(state.engine)],
             "version": SERVER_VERSION,
             "frontend": "python",
         }
@@ -194,6 +206,13 @@ def _model_card(state: ServerState) -> dict:
     }
 
 
+async def _engine_stats(engine: EngineClient) -> dict:
+    try:
+        return await engine.stats()
+    except EngineDied as err:
+        raise _engine_gone(err) from None
+
+
 async def _one_token(gen: Generator) -> bool:
     """SGLang's health check: send a one-token greedy request; the engine is healthy once it emits anything.
 
@@ -207,6 +226,9 @@ async def _one_token(gen: Generator) -> bool:
         while time.monotonic() < tic + HEALTH_CHECK_TIMEOUT_S:
             done, _ = await asyncio.wait({probe}, timeout=0.1)
             if done:
+                if probe.exception() is not None:
+                    log.error("health check: %s", probe.exception())
+                    return False
                 results = probe.result()
                 return bool(results) and results[0]["meta_info"]["completion_tokens"] == 1
             if gen.last_event_time > tic:

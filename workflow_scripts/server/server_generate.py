@@ -1,7 +1,7 @@
 """Run one validated request through the engine and yield SGLang-shaped outputs, without blocking the event loop.
 
-The engine calls its sink from its own thread; `loop.call_soon_threadsafe` moves each TokenEvent onto a
-per-request asyncio.Queue. Events that piled up while the loop was busy are merged into one output, as SGLang's
+The engine runs in its own process; `EngineClient` puts each of a request's TokenEvents on an asyncio.Queue.
+Events that piled up while the loop was busy are merged into one output, as SGLang's
 tokenizer manager merges scheduler batches. Whatever ends the consumer (finish, stop string, disconnect,
 cancellation) aborts the engine request in `finally`, so a slot is never leaked.
 """
@@ -15,9 +15,10 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
+from workflow_scripts.engine.types import SamplingParams, TokenEvent
+from workflow_scripts.server.engine_client import EngineClient
 from workflow_scripts.server.http_errors import RequestError
 from workflow_scripts.server.server_text import OutputText
-from workflow_scripts.engine.types import SamplingParams, TokenEvent
 
 log = logging.getLogger(__name__)
 
@@ -60,35 +61,28 @@ class _ClientWatch:
 class Generator:
     """Bridges the thread-based engine to asyncio and builds SGLang's `{text, output_ids, meta_info}` outputs."""
 
-    def __init__(self, engine, decode: Callable[[list[int], bool], str], speculating: bool):
+    def __init__(self, engine: EngineClient, decode: Callable[[list[int], bool], str], speculating: bool):
         self.engine = engine
         self.decode = decode
         self.speculating = speculating
         self._in_flight: set[str] = set()
-        self.last_event_time = 0.0  # time.monotonic() of the latest engine event for any request
 
-    def _submit(self, req: PreparedRequest) -> asyncio.Queue[TokenEvent]:
+    @property
+    def last_event_time(self) -> float:
+        """time.monotonic() of the engine's latest event for any request."""
+        return self.engine.last_event_time
+
+    def _submit(self, req: PreparedRequest) -> asyncio.Queue:
         if req.rid in self._in_flight:
             raise RequestError("rid", f"{req.rid!r} is already in flight")
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-        def deliver(event: TokenEvent) -> None:  # runs on the event loop
-            self.last_event_time = time.monotonic()
-            queue.put_nowait(event)
-
-        def sink(event: TokenEvent) -> None:  # runs on the engine thread
-            try:
-                loop.call_soon_threadsafe(deliver, event)
-            except RuntimeError:  # loop already closed: the server is shutting down
-                pass
-
-        self.engine.submit(req.rid, req.input_ids, req.params, sink)
+        queue = self.engine.submit(req.rid, req.input_ids, req.params)
         self._in_flight.add(req.rid)
         return queue
 
-    async def _next_events(self, queue: asyncio.Queue[TokenEvent], client: _ClientWatch) -> list[TokenEvent] | None:
-        """The events queued so far (at least one), or None once the client has gone."""
+    async def _next_events(self, queue: asyncio.Queue, client: _ClientWatch) -> list[TokenEvent] | None:
+        """The events queued so far (at least one), or None once the client has gone.
+
+        Raises what the engine client queued instead of an event (EngineRefused, EngineDied)."""
         while True:
             try:
                 first = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
@@ -99,6 +93,9 @@ class Generator:
         events = [first]
         while not queue.empty():
             events.append(queue.get_nowait())
+        for item in events:
+            if isinstance(item, BaseException):
+                raise item
         return None if await client.gone() else events
 
     def _meta_info(
@@ -144,7 +141,11 @@ class Generator:
         emitted_tokens = 0
         try:
             while not finished:
-                events = await self._next_events(queue, client)
+                try:
+                    events = await self._next_events(queue, client)
+                except (ValueError, RuntimeError):  # refused by, or lost with, the engine: nothing to abort
+                    finished = True
+                    raise
                 if events is None:
                     return
                 finish_reason = None
