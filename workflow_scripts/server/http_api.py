@@ -1,9 +1,9 @@
 """SGLang's HTTP API over the embedded engine: same paths, payloads and field names.
 
 Checked against SGLang 0.5.23 (`srt/entrypoints/http_server.py`, `openai/serving_completions.py`,
-`benchmark/serving.py`): /generate streams cumulative `text` and `output_ids` (SGLang's default,
-`incremental_streaming_output=False`) as SSE `data:` lines ending in `data: [DONE]`; /v1/completions streams
-OpenAI text deltas; /server_info carries `internal_states[0].avg_spec_accept_length`.
+`benchmark/serving.py`): /generate streams cumulative `text` and `output_ids` (SGLang's default), or only the
+new ones with `--incremental-streaming-output`, as SSE `data:` lines ending in `data: [DONE]`;
+/v1/completions streams OpenAI text deltas; /server_info carries `internal_states[0].avg_spec_accept_length`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from workflow_scripts.server.engine_client import EngineClient, EngineDied
+from workflow_scripts.server.auth import ApiKeyMiddleware
 from workflow_scripts.server.http_errors import RequestError, error_body, error_response
+from workflow_scripts.server.metrics import CONTENT_TYPE
 from workflow_scripts.server.http_openai import CompletionShaper
 from workflow_scripts.server.http_schemas import ModelLimits, parse_json_object, prepare_completion, prepare_generate
 from workflow_scripts.server.server_generate import Generator, PreparedRequest
@@ -40,6 +42,8 @@ class ServerState:
     server_info: dict  # resolved server args, reported by /server_info
     model_info: dict
     engine: EngineClient
+    incremental_streaming: bool = False  # --incremental-streaming-output: /generate streams deltas
+    api_key: str | None = None  # --api-key
     ready: bool = False  # set after the warm-up request; /health* answer 503 until then (and once the engine died)
     startup_time: float = field(default_factory=time.time)
 
@@ -109,6 +113,8 @@ async def _final(gen: Generator, reqs: list[PreparedRequest], request: Request) 
 
 def create_app(state: ServerState) -> FastAPI:
     app = FastAPI(title="specstudy embedded engine (SGLang API)", version=SERVER_VERSION)
+    if state.api_key is not None:
+        app.add_middleware(ApiKeyMiddleware, api_key=state.api_key)
     gen = state.generator
 
     @app.exception_handler(RequestError)
@@ -125,7 +131,7 @@ def create_app(state: ServerState) -> FastAPI:
     async def generate(request: Request) -> Response:
         reqs, stream, is_batch = prepare_generate(await _json_body(request), state.limits)
         if stream:
-            outputs = gen.merged_outputs(reqs, request.is_disconnected)
+            outputs = gen.merged_outputs(reqs, request.is_disconnected, state.incremental_streaming)
             return await _first_then_rest(outputs, lambda out: [sse(out)], list)
         results = await _final(gen, reqs, request)
         if results is None:
@@ -187,6 +193,13 @@ def create_app(state: ServerState) -> FastAPI:
     async def model_info() -> dict:
         return state.model_info
 
+    if gen.metrics is not None:
+
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            stats = await _engine_stats(state.engine)
+            return Response(content=gen.metrics.render(stats), media_type=CONTENT_TYPE)
+
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache() -> Response:
         # The engine keeps no prefix cache across requests, so there is nothing to flush.
@@ -219,7 +232,9 @@ async def _one_token(gen: Generator) -> bool:
     A busy engine may hold the probe in its queue, but its other requests' tokens prove it alive (SGLang's
     `last_receive_tstamp > tic`), so a full server still answers 200. The probe is aborted either way.
     """
-    req = PreparedRequest(input_ids=[0], params=SamplingParams(temperature=0.0, max_new_tokens=1, ignore_eos=True))
+    req = PreparedRequest(
+        input_ids=[0], params=SamplingParams(temperature=0.0, max_new_tokens=1, ignore_eos=True), log_metrics=False
+    )
     tic = time.monotonic()
     probe = asyncio.create_task(gen.final([req]))
     try:

@@ -25,6 +25,7 @@ import uvicorn
 from workflow_scripts.server.engine_client import EngineClient, EngineStartError
 from workflow_scripts.server.http_api import ServerState, create_app
 from workflow_scripts.server.http_schemas import ModelLimits
+from workflow_scripts.server.metrics import ServerMetrics
 from workflow_scripts.server.server_args import ServerArgs, ServerArgsError, parse_server_args
 from workflow_scripts.server.server_generate import Generator
 
@@ -70,6 +71,8 @@ def build_state(args: ServerArgs, engine: EngineClient, tokenizer) -> ServerStat
             engine,
             lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip),
             speculating=args.speculative_algorithm is not None,
+            stream_interval=args.stream_interval,
+            metrics=ServerMetrics(args.served_model_name) if args.enable_metrics else None,
         ),
         limits=ModelLimits(
             vocab_size=engine.info["vocab_size"],
@@ -88,6 +91,8 @@ def build_state(args: ServerArgs, engine: EngineClient, tokenizer) -> ServerStat
             "architectures": config.get("architectures"),
         },
         engine=engine,
+        incremental_streaming=args.incremental_streaming_output,
+        api_key=args.api_key,
     )
 
 
@@ -97,9 +102,10 @@ def _local_address(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-async def _warm_up(base_url: str) -> None:
+async def _warm_up(base_url: str, api_key: str | None) -> None:
     timeout = aiohttp.ClientTimeout(total=WARMUP_TIMEOUT_S)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
         async with session.post(base_url + "/generate", json=WARMUP_REQUEST) as resp:
             body = await resp.text()
             if resp.status != 200:
@@ -159,7 +165,7 @@ async def _serve(args: ServerArgs, state: ServerState, caught: list[int]) -> int
             return int(exc.code or 1)
         return 1
     try:
-        await _warm_up(f"http://{_local_address(args.host)}:{args.port}")
+        await _warm_up(f"http://{_local_address(args.host)}:{args.port}", args.api_key)
     except Exception as err:
         log.error("warm-up failed, shutting down: %s", err)
         server.should_exit = True
