@@ -34,6 +34,6 @@ def test_benchmark_plan_carries_the_embedded_engine_code():
     validate(config, "config/schema.yaml")  # fills the schema's defaults, as rules/common.smk does
     assert config["engine"] == "embedded"
     setting = next(iter(config["settings"]))
-    assert setting_plan(config, setting)["engine_code"] == source_digest("engine")
+    assert setting_plan(config, setting)["engine_code"] == source_digest("engine", "server")
     config["engine"] = "sglang"  # SGLang reports its own version; our digest would be noise
     assert setting_plan(config, setting)["engine_code"] is None

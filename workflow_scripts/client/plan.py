@@ -39,6 +39,7 @@ def setting_plan(config: dict, setting: str) -> dict:
             "startup_timeout_s": server["startup_timeout_s"],
             "num_threads": server["num_threads"],
             "env": server["env"],
+            "incremental_streaming": server["incremental_streaming"],
         },
         "sglang": config["sglang"] if config["engine"] == "sglang" else None,
         # the embedded server is this package's code: an edit to it re-measures (SGLang reports its own version)

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
@@ -24,7 +25,7 @@ from tqdm import tqdm
 
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell, sampling_params
 from workflow_scripts.client.prompts import build_prompts
-from workflow_scripts.launcher.command import ServerSpec, build_command
+from workflow_scripts.launcher.command import ServerSpec, build_command, server_api_key
 from workflow_scripts.launcher.process import ServerProcess, free_port
 
 log = logging.getLogger("benchmark")
@@ -116,6 +117,8 @@ def server_spec(plan: dict, target: Path, draft: Path | None, threads: int) -> S
         host=server["host"],
         max_running_requests=server["max_running_requests"],
         random_seed=server["random_seed"],
+        incremental_streaming=server["incremental_streaming"],
+        api_key=server_api_key(server["host"]),
     )
     if plan["engine"] == "embedded":
         return ServerSpec(num_threads=server["num_threads"] or threads, **common)
@@ -186,6 +189,7 @@ def measure(plan: dict, args: argparse.Namespace, todo: list[Cell], installed: d
             check_loaded(server.log_since_start(), Path(installed["file"]))
         for workload, wl, c, repeat, cell_plan, path in tqdm(todo, desc=f"{setting} cells", unit="cell"):
             tag = f"{setting}-{workload}-c{c}-r{repeat}"
+            cell_plan = replace(cell_plan, incremental=spec.incremental_streaming, api_key=spec.api_key)
             result = run_cell(url, cell_plan, prompts[workload], sampling_params(wl), tag)
             server.check_alive()
             if len(result.records) != cell_plan.total:

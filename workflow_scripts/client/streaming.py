@@ -8,6 +8,7 @@ one monotonic clock per process.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -89,7 +90,9 @@ async def _sse_events(resp: aiohttp.ClientResponse):
         yield json.loads(data)
 
 
-def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float, incremental: bool = False) -> None:
+    """Fold one /generate chunk into the record; `incremental`: the server streams deltas
+    (SGLang's --incremental-streaming-output), else each chunk carries the whole text and output_ids so far."""
     meta = chunk.get("meta_info", {})
     done = meta.get("completion_tokens", 0)
     seen = sum(rec.chunk_tokens)
@@ -99,9 +102,12 @@ def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
         rec.chunk_ts.append(now)
         rec.chunk_tokens.append(done - seen)
     ids = chunk.get("output_ids") or []
-    # SGLang streams output_ids cumulatively in some versions and incrementally in others.
-    rec.output_ids = list(ids) if len(ids) == done else rec.output_ids + list(ids)
-    rec.text = chunk.get("text", rec.text)
+    if incremental:
+        rec.output_ids.extend(ids)
+        rec.text += chunk.get("text", "")
+    else:
+        rec.output_ids = list(ids)
+        rec.text = chunk.get("text", rec.text)
     rec.prompt_tokens = meta.get("prompt_tokens", rec.prompt_tokens)
     rec.output_tokens = done
     reason = meta.get("finish_reason")
@@ -139,18 +145,32 @@ def _on_chat_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
 
 
 async def send(
-    session: aiohttp.ClientSession, base_url: str, api: str, prompt: Prompt, params: dict, request_id: str, model: str
+    session: aiohttp.ClientSession,
+    base_url: str,
+    api: str,
+    prompt: Prompt,
+    params: dict,
+    request_id: str,
+    model: str,
+    incremental: bool = False,
+    api_key: str | None = None,
 ) -> RequestRecord:
-    """Send one streaming request; never raises for a server-side failure: the error text lands in the record."""
+    """Send one streaming request; never raises for a server-side failure: the error text lands in the record.
+
+    `incremental`: the server was started with --incremental-streaming-output (the record is the same either way).
+    `api_key`: sent as `Authorization: Bearer` (the server's --api-key).
+    """
     if api == "generate":
-        url, body, on_chunk = f"{base_url}/generate", generate_payload(prompt, params), _on_generate_chunk
+        url, body = f"{base_url}/generate", generate_payload(prompt, params)
+        on_chunk = functools.partial(_on_generate_chunk, incremental=incremental)
     elif api == "chat":
         url, body, on_chunk = f"{base_url}/v1/chat/completions", chat_payload(prompt, params, model), _on_chat_chunk
     else:
         url, body, on_chunk = f"{base_url}/v1/completions", completions_payload(prompt, params, model), _on_completions_chunk
     rec = RequestRecord(request_id=request_id, prompt_id=prompt.prompt_id, send_ts=time.perf_counter())
     try:
-        async with session.post(url, json=body) as resp:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        async with session.post(url, json=body, headers=headers) as resp:
             if resp.status != 200:
                 rec.error = f"HTTP {resp.status}: {(await resp.text())[:500]}"
             else:

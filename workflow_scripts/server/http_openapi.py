@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel
 
+from workflow_scripts.server.auth import OPEN_PREFIXES
 from workflow_scripts.server.http_responses import RESPONSE_MODELS
 from workflow_scripts.server.http_schemas import (
     CHAT_SAMPLING_FIELDS,
@@ -66,6 +67,7 @@ def operation(
                                  "500": _error("internal error (the server stays up)")}
     if body:
         responses["400"] = _error("refused: `error.param` names the field at fault")
+        responses["503"] = _error("the engine process is gone (the server exits)")
     if not_found:
         responses["404"] = _error("no such model")
     if unavailable:
@@ -117,7 +119,18 @@ def _fill_limits(node: Any, limits: ModelLimits) -> None:
             _fill_limits(value, limits)
 
 
-def build_openapi(app: FastAPI, limits: ModelLimits) -> dict:
+def _require_bearer(doc: dict) -> None:
+    """--api-key: every route but the supervisor's (auth.OPEN_PREFIXES) needs `Authorization: Bearer KEY`."""
+    doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    for path, item in doc["paths"].items():
+        if path.startswith(OPEN_PREFIXES):
+            continue
+        for op in item.values():
+            op["security"] = [{"bearer": []}]
+            op["responses"]["401"] = _error("no or a wrong API key")
+
+
+def build_openapi(app: FastAPI, limits: ModelLimits, api_key: bool) -> dict:
     doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
     schemas.update(_model_schemas((SamplingParamsIn, GenerateText, GenerateIds, *RESPONSE_MODELS)))
@@ -127,4 +140,6 @@ def build_openapi(app: FastAPI, limits: ModelLimits) -> dict:
                                                    OPENAI_DEFAULT_MAX_TOKENS)
     schemas["ChatCompletionRequest"] = _openai_request(schemas, ChatCompletionIn, CHAT_SAMPLING_FIELDS, None)
     _fill_limits(doc, limits)
+    if api_key:
+        _require_bearer(doc)
     return doc

@@ -315,6 +315,7 @@ def _prepare_one(
     sp_prefix: str,
     rename: dict[str, str],
     rid: str | None,
+    log_metrics: bool = True,
 ) -> PreparedRequest:
     if not input_ids:
         raise RequestError(prompt_field, "is empty")
@@ -355,7 +356,8 @@ def _prepare_one(
         stop_strs=stop,
         no_stop_trim=sp.no_stop_trim,
         skip_special_tokens=sp.skip_special_tokens,
-        stream_interval=sp.stream_interval or 1,
+        stream_interval=sp.stream_interval,
+        log_metrics=log_metrics,
         **extra,
     )
 
@@ -405,7 +407,7 @@ def prepare_generate(body: dict, limits: ModelLimits) -> tuple[list[PreparedRequ
         field = f"{prompt_field}.{i}" if is_batch else prompt_field
         sp_prefix = f"sampling_params.{i}." if isinstance(req.sampling_params, list) else "sampling_params."
         sp = _sampling(raw_sp, sp_prefix, {})
-        prepared.append(_prepare_one(ids, sp, limits, field, sp_prefix, {}, rid))
+        prepared.append(_prepare_one(ids, sp, limits, field, sp_prefix, {}, rid, req.log_metrics))
     return prepared, req.stream, is_batch
 
 
