@@ -49,3 +49,13 @@ def test_study_client_sends_the_key(keyed_server):
 
     assert asyncio.run(one(KEY)).error is None
     assert asyncio.run(one(None)).error.startswith("HTTP 401")
+
+
+def test_openapi_document_declares_the_bearer_scheme(keyed_server):
+    doc = requests.get(keyed_server.url + "/openapi.json", headers={"Authorization": f"Bearer {KEY}"}, timeout=30)
+    doc = doc.json()
+    assert doc["components"]["securitySchemes"] == {"bearer": {"type": "http", "scheme": "bearer"}}
+    for path, item in doc["paths"].items():
+        for op in item.values():
+            keyed = not path.startswith(("/health", "/metrics"))
+            assert ("security" in op and "401" in op["responses"]) == keyed, path

@@ -93,3 +93,19 @@ def test_chat_refuses_naming_the_field(plain_server, body, field):
     resp = plain_server.post("/v1/chat/completions", body)
     assert resp.status_code == 400, resp.text
     assert resp.json()["error"]["param"] == field, resp.json()
+
+
+def test_model_without_chat_template_refuses_chat_naming_messages(start_server, tiny_models, tmp_path_factory):
+    """A checkpoint whose tokenizer_config.json has no chat_template still serves /generate; chat says why not."""
+    import shutil
+
+    bare = tmp_path_factory.mktemp("no_template") / "target"
+    shutil.copytree(tiny_models["target"], bare)
+    config = json.loads((bare / "tokenizer_config.json").read_text())
+    del config["chat_template"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(config))
+    server = start_server(bare)
+    resp = server.post("/v1/chat/completions", {"messages": MESSAGES})
+    assert resp.status_code == 400 and resp.json()["error"]["param"] == "messages"
+    assert "chat_template" in resp.json()["error"]["message"]
+    assert server.post("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}}).status_code == 200
