@@ -55,16 +55,15 @@ def _error(description: str) -> dict:
 
 def operation(
     ok: dict[str, Any], *, body: str | None = None, stream: str | None = None, not_found: bool = False,
-    unavailable: bool = False, description: str = "OK",
+    unavailable: bool = False,
 ) -> dict:
     """`openapi_extra` for one route: its JSON body (a components schema name), its 200 content (media type ->
-    schema), the chunk schema of its SSE stream, and its error responses."""
+    schema; none for an empty 200), the chunk schema of its SSE stream, and its error responses."""
     content = {media: {"schema": schema} for media, schema in ok.items()}
     if stream:
         content["text/event-stream"] = sse(stream)
-    responses: dict[str, Any] = {"200": {"description": description, "content": content} if content else
-                                        {"description": description},
-                                 "500": _error("internal error (the server stays up)")}
+    ok_response = {"description": "OK", "content": content} if content else {"description": "OK"}
+    responses: dict[str, Any] = {"200": ok_response, "500": _error("internal error (the server stays up)")}
     if body:
         responses["400"] = _error("refused: `error.param` names the field at fault")
         responses["503"] = _error("the engine process is gone (the server exits)")
