@@ -7,6 +7,7 @@ import os
 
 from workflow_scripts.analysis import rule_items
 from workflow_scripts.code_version import source_digest
+from workflow_scripts.redaction import redact_config
 
 # `rule all` asks for these (common.smk's all_outputs)
 analysis_outputs = functools.partial(rule_items.all_outputs, RESULTS)
@@ -128,7 +129,8 @@ rule study_metadata:
         gpu=0,
     params:
         code=ANALYSIS_CODE,
-        cfg=json.dumps(config, sort_keys=True, default=str),
+        # params are shown in the report: no server.env values there either
+        cfg=json.dumps(redact_config(config), sort_keys=True, default=str),
         phases=f"{RESULTS}/benchmarks",
         build_info=lambda wildcards, input: (
             f"--build-info {input.model}/build_info.json" if input.model else ""

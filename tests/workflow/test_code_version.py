@@ -34,6 +34,6 @@ def test_member_identity_carries_the_embedded_engine_code():
     validate(config, "config/schema.yaml")  # fills the schema's defaults, as rules/common.smk does
     assert config["engine"] == "embedded"
     name, args = next(iter(config["settings"].items()))
-    assert member_identity(config, name, args)["engine_code"] == source_digest("engine")
+    assert member_identity(config, name, args)["engine_code"] == source_digest("engine", "server")
     config["engine"] = "sglang"  # SGLang reports its own version; our digest would be noise
     assert "engine_code" not in member_identity(config, name, args)

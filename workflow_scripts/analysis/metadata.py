@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
+from workflow_scripts.redaction import redact_config
 
 CODE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -100,10 +101,11 @@ def phase_times(folder: Path | None) -> dict[str, float]:
 
 
 def collect(config: dict[str, Any], build_info: Path | None, repo: Path, phases: Path | None = None) -> dict[str, Any]:
+    """Everything the metadata page shows; `server.env` values are redacted (they may be tokens), keys kept."""
     info = None
     if build_info is not None and build_info.exists():
         info = json.loads(build_info.read_text(encoding="utf-8"))
-    return {"git": git_state(repo), "hardware": hardware(), "config": config,
+    return {"git": git_state(repo), "hardware": hardware(), "config": redact_config(config),
             "model_build_info": info, "phase_seconds": phase_times(phases), "packages": packages()}
 
 

@@ -27,6 +27,8 @@ class CellPlan:
     api: str = "generate"
     request_timeout_s: float = 300.0
     model: str = "default"
+    incremental: bool = False  # the server streams deltas (--incremental-streaming-output)
+    api_key: str | None = None  # the server's --api-key, if it has one
 
     @property
     def total(self) -> int:
@@ -63,7 +65,11 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
     async def worker(session: aiohttp.ClientSession) -> None:
         while (i := next(counter)) < plan.total:
             prompt = prompts[i % len(prompts)]
-            records.append(await send(session, base_url, plan.api, prompt, params, f"{tag}-{i}", plan.model))
+            records.append(
+                await send(
+                    session, base_url, plan.api, prompt, params, f"{tag}-{i}", plan.model, plan.incremental, plan.api_key
+                )
+            )
 
     timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=plan.concurrency)

@@ -27,7 +27,7 @@ from workflow_scripts.client.plan import cell_sizes, setting_workloads
 from workflow_scripts.code_version import source_digest
 
 TWIN_SUFFIX = "_aa"
-SERVER_KEYS = ("max_running_requests", "random_seed", "num_threads", "env")
+SERVER_KEYS = ("max_running_requests", "random_seed", "num_threads", "env", "incremental_streaming")
 MANIFEST = "manifest.json"
 
 
@@ -51,7 +51,8 @@ def member_identity(config: dict, name: str, args: dict) -> dict:
         "api": config["benchmark"]["api"],
     }
     if engine == "embedded":
-        identity["engine_code"] = source_digest("engine")
+        # the embedded server is this project's code, engine and HTTP front: an edit to it re-measures
+        identity["engine_code"] = source_digest("engine", "server")
         identity["models"] = {**config["model"], "code": source_digest("models")}
     else:
         sg = config["sglang"]

@@ -38,7 +38,7 @@ from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
 from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
-from workflow_scripts.client.servers import Models, gpu_slices, member_gpus, member_server
+from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
 from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
 from workflow_scripts.machine import stream_bandwidth_gbs
 
@@ -147,7 +147,7 @@ class Cohort:
         return n
 
     # --- one measurement ---------------------------------------------------------------------------------------
-    def measure(self, server: ServerProcess, url: str, cell: str, member: str, round_: int) -> None:
+    def measure(self, live: Live, cell: str, member: str, round_: int) -> None:
         supervisor = self.args.supervisor_pid
         if supervisor and not pid_alive(supervisor):
             # Snakemake was killed (SIGKILL leaves its jobs running): stop, so its rerun measures alone
@@ -156,11 +156,12 @@ class Cohort:
         wl = spec["spec"]
         tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
         cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
-                             self.plan["request_timeout_s"])
+                             self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
+                             api_key=live.spec.api_key)
         start_ts, t0 = time.time(), time.perf_counter()
-        result = run_cell(url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
-                          watchdog=functools.partial(watch, server, url))
-        server.check_alive()
+        result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
+                          watchdog=functools.partial(watch, live.process, live.url))
+        live.process.check_alive()
         if len(result.records) != cell_plan.total:
             raise RuntimeError(f"cell {tag}: sent {cell_plan.total} requests but recorded {len(result.records)}")
         frame = cell_frame(result, member, spec["workload"], wl["temperature"], spec["concurrency"], round_,
@@ -205,7 +206,7 @@ class Cohort:
                         return
                     for member in seeded_order(self.ledger.members_of[cell], self.id, cell, round_):
                         if not self.ledger.done(cell, member, round_):
-                            self.measure(*servers[member], cell, member, round_)
+                            self.measure(servers[member], cell, member, round_)
 
     def run_blocked(self) -> None:
         names = sorted(self.plan["members"])
@@ -217,18 +218,18 @@ class Cohort:
                 todo = [c for c in seeded_order(active, self.id, round_)
                         if member in self.ledger.members_of[c] and not self.ledger.done(c, member, round_)]
                 if todo:
-                    with self.server(member) as (server, url):
+                    with self.server(member) as live:
                         for cell in todo:
-                            self.measure(server, url, cell, member, round_)
+                            self.measure(live, cell, member, round_)
 
     def run_sequential(self) -> None:
         for member in sorted(self.plan["members"]):
             todo = [(c, r) for r in range(self.planner.policy.repeats) for c in sorted(self.cells)
                     if member in self.ledger.members_of[c] and not self.ledger.done(c, member, r)]
             if todo:
-                with self.server(member) as (server, url):
+                with self.server(member) as live:
                     for cell, round_ in todo:
-                        self.measure(server, url, cell, member, round_)
+                        self.measure(live, cell, member, round_)
 
     # --- the job -----------------------------------------------------------------------------------------------
     def run(self) -> dict:

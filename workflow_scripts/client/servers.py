@@ -13,8 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from workflow_scripts.launcher.command import ServerSpec, build_command
+from workflow_scripts.launcher.command import ServerSpec, build_command, server_api_key
 from workflow_scripts.launcher.process import ServerError, ServerProcess, free_port
 from workflow_scripts.scaleout.checks import setting_gpus
 
@@ -31,6 +32,14 @@ class Models:
     moe_installed: dict | None  # installed.json of the MoE install rule, when a member runs the tuned configs
 
 
+class Live(NamedTuple):
+    """A started member server: its process, URL and spec (the client needs its streaming mode and API key)."""
+
+    process: ServerProcess
+    url: str
+    spec: ServerSpec
+
+
 def server_spec(plan: dict, models: Models, threads: int) -> ServerSpec:
     server = plan["server"]
     common = dict(
@@ -40,6 +49,8 @@ def server_spec(plan: dict, models: Models, threads: int) -> ServerSpec:
         host=server["host"],
         max_running_requests=server["max_running_requests"],
         random_seed=server["random_seed"],
+        incremental_streaming=server["incremental_streaming"],
+        api_key=server_api_key(server["host"]),
     )
     if plan["engine"] == "embedded":
         return ServerSpec(num_threads=server["num_threads"] or threads, **common)
@@ -68,8 +79,8 @@ def gpu_slices(plan: dict, names: list[str]) -> dict[str, str]:
 
 @contextmanager
 def member_server(plan: dict, name: str, models: Models, threads: int, log_dir: Path,
-                  gpus: str | None = None) -> Iterator[tuple[ServerProcess, str]]:
-    """Start one member's server, check it loaded the MoE configs it should, yield (process, url), stop it."""
+                  gpus: str | None = None) -> Iterator[Live]:
+    """Start one member's server, check it loaded the MoE configs it should, yield it, stop it."""
     args = plan["members"][name]["args"]
     spec = server_spec(plan, models, threads)
     env: dict[str, str | None] = dict(plan["server"]["env"])
@@ -97,6 +108,6 @@ def member_server(plan: dict, name: str, models: Models, threads: int, log_dir: 
             from workflow_scripts.moe.verify import check_loaded
 
             check_loaded(server.log_since_start(), Path(models.moe_installed["file"]))
-        yield server, url
+        yield Live(server, url, spec)
     finally:
         server.stop()
