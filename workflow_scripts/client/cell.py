@@ -83,9 +83,10 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
                 watch.result()  # raises: the server died or hung; the cell's requests are cancelled below
             await work
         finally:
-            for task in (work, watch):
-                if task is not None and not task.done():
-                    task.cancel()
+            tasks = [task for task in (work, watch) if task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # retrieved: no "never retrieved" noise
     warmup_ids = {f"{tag}-{i}" for i in range(plan.warmup)}
     return CellResult(records, warmup_ids, time.perf_counter() - wall0, time.process_time() - cpu0)
 
