@@ -44,6 +44,8 @@ rule analysis_plots:
         summary=f"{RESULTS}/tables/summary.csv",
         improvement=f"{RESULTS}/tables/improvement.csv",
         quantiles=f"{RESULTS}/tables/latency_quantiles.csv",
+        by_position=f"{RESULTS}/tables/acceptance_by_position.csv",
+        cost_predictions=f"{RESULTS}/tables/cost_model_predictions.csv",
     output:
         **rule_items.plot_outputs(RESULTS),
     log:
@@ -72,6 +74,7 @@ rule analysis_summary:
         recommendation=f"{RESULTS}/tables/recommendation.csv",
         lossless=f"{RESULTS}/tables/lossless.csv",
         article_md=f"{RESULTS}/tables/article_tables.md",
+        cost_model_md=f"{RESULTS}/tables/cost_model.md",
     output:
         **rule_items.summary_outputs(RESULTS),
     log:

@@ -26,6 +26,7 @@ class StudyConfig:
     bands: dict[str, list[int]] = field(default_factory=lambda: dict(DEFAULT_BANDS))
     tie_tolerance: float = 0.01
     external: list[dict[str, str]] = field(default_factory=list)
+    predict_max_steps: int = 6  # the cost model predicts steps 1..this (cost_model.py)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> StudyConfig:
@@ -43,6 +44,7 @@ class StudyConfig:
             bands={str(k): [int(c) for c in v] for k, v in (analysis.get("bands") or DEFAULT_BANDS).items()},
             tie_tolerance=float(analysis.get("tie_tolerance", 0.01)),
             external=list(analysis.get("external") or []),
+            predict_max_steps=int(analysis.get("predict_max_steps", 6)),
         )
         out._validate()
         return out
@@ -52,6 +54,8 @@ class StudyConfig:
         return cls.from_dict(json.loads(text))
 
     def _validate(self) -> None:
+        if self.predict_max_steps < 1:
+            raise ValueError(f"analysis.predict_max_steps: must be >= 1, got {self.predict_max_steps}")
         if self.baseline not in self.settings:
             raise ValueError(f"analysis.baseline: {self.baseline!r} is not a setting ({', '.join(self.settings)})")
         if self.pairwise != "auto":

@@ -4,12 +4,15 @@
         --requests results/S/requests/*.parquet --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless and latency_quantiles as CSV, and HTML views for the report.
+recommendation, recommendation_scores, lossless and latency_quantiles as CSV, the cost model's
+acceptance_by_position, cost_model_params, cost_model_predictions, cost_model_validation (CSV) and cost_model.md,
+and HTML views for the report.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from workflow_scripts.analysis.cost_model import NOISE_FLOOR_FILE, CostModelReport, add_predicted_best, analyse, read_noise_floor
 from workflow_scripts.analysis.external import load_external
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
 from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
@@ -64,6 +68,7 @@ class StudyTables:
     recommendation_scores: pd.DataFrame
     lossless: pd.DataFrame
     latency_quantiles: pd.DataFrame
+    cost_model: CostModelReport
 
     @property
     def article_markdown(self) -> str:
@@ -75,7 +80,10 @@ class StudyTables:
         return {"summary": self.summary, "cells": self.cells, "improvement": self.improvement,
                 "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
                 "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
-                "latency_quantiles": self.latency_quantiles}
+                "latency_quantiles": self.latency_quantiles,
+                "acceptance_by_position": self.cost_model.acceptance, "cost_model_params": self.cost_model.params,
+                "cost_model_predictions": self.cost_model.predictions,
+                "cost_model_validation": self.cost_model.validation}
 
     def html_views(self) -> dict[str, str]:
         return {
@@ -88,19 +96,26 @@ class StudyTables:
                                         [("Recommendation", self.recommendation),
                                          ("All scores", self.recommendation_scores)]),
             "lossless": html_page("Lossless check at temperature 0", [("", self.lossless)]),
+            "acceptance_by_position": html_page("Acceptance by draft position (95% CI over requests)",
+                                                [("", self.cost_model.acceptance)]),
+            "cost_model": html_page("Cost model: leave-one-setting-out validation, predictions, parameters",
+                                    [("Validation", self.cost_model.validation),
+                                     ("Predictions", self.cost_model.predictions),
+                                     ("Parameters", self.cost_model.params)], self.cost_model.markdown),
         }
 
     def write(self, out_dir: Path) -> None:
         for name, frame in self.csvs().items():
             write_csv(frame, out_dir / f"{name}.csv")
         atomic_write_text(out_dir / "article_tables.md", self.article_markdown)
+        atomic_write_text(out_dir / "cost_model.md", self.cost_model.markdown)
         for name, page in self.html_views().items():
             atomic_write_text(out_dir / f"{name}.html", page)
 
 
-def build(cfg: StudyConfig, request_paths: list[Path]) -> StudyTables:
+def build(cfg: StudyConfig, request_paths: list[Path], noise_floor: Path | None = None) -> StudyTables:
     """Compute all tables from the per-request files and the configured external CSVs."""
-    with tqdm(total=5, desc="analysis tables", unit="step") as steps:
+    with tqdm(total=6, desc="analysis tables", unit="step") as steps:
         requests = add_request_metrics(load_requests(request_paths))
         cells = cell_table(requests)
         steps.update()
@@ -113,11 +128,15 @@ def build(cfg: StudyConfig, request_paths: list[Path]) -> StudyTables:
         steps.update()
         scores = score_table(requests, cells, cfg)
         steps.update()
+        floor = read_noise_floor(noise_floor) if noise_floor else (None, f"unknown (no {NOISE_FLOOR_FILE} given)")
+        cost = analyse(requests, summary, cfg, *floor)
+        steps.update()
         tables = StudyTables(
             summary=summary, cells=cells, improvement=improvement,
             articles=article_tables(summary, improvement, cfg), gap=gap, gap_sentence=gap_sentence(gap),
-            recommendation=recommend(scores, cfg), recommendation_scores=scores,
-            lossless=lossless_table(requests, cfg.baseline), latency_quantiles=latency_quantiles(requests))
+            recommendation=add_predicted_best(recommend(scores, cfg), cost, cfg), recommendation_scores=scores,
+            lossless=lossless_table(requests, cfg.baseline), latency_quantiles=latency_quantiles(requests),
+            cost_model=cost)
         steps.update()
     return tables
 
@@ -127,9 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-json", required=True, help="study config as JSON (settings, workloads, analysis)")
     parser.add_argument("--requests", nargs="+", type=Path, required=True, help="requests/{setting}.parquet files")
     parser.add_argument("--out-dir", type=Path, required=True)
+    parser.add_argument("--noise-floor", type=Path, default=None,
+                        help=f"{NOISE_FLOOR_FILE} for the cost model's verdicts (default: --out-dir's, if there)")
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        tables = build(StudyConfig.from_json(args.config_json), args.requests)
+        tables = build(StudyConfig.from_json(args.config_json), args.requests,
+                       args.noise_floor or args.out_dir / NOISE_FLOOR_FILE)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
