@@ -392,17 +392,15 @@ def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
 def _skip_reason(source: str, summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig,
                  family: list[str]) -> str | None:
     rows = summary[summary["source"] == source]
-    if cfg.baseline not in set(rows["setting"]):
-        return f"no baseline ({cfg.baseline}) cells to scale from"
     if not family:
         return "no speculative setting with data"
-    if source == MEASURED:
-        if hist.valid[hist.valid["setting"].isin(family)].empty:
-            return ("no usable spec_correct_drafts_histogram in the request records (the server did not report it, "
-                    "or every one was flagged)")
-        return None
-    if "accept_length_mean" not in rows or rows.loc[rows["setting"].isin(family), "accept_length_mean"].isna().all():
+    if source == MEASURED and hist.valid[hist.valid["setting"].isin(family)].empty:
+        return ("no usable spec_correct_drafts_histogram in the request records (the server did not report it, "
+                "or every one was flagged)")
+    if source != MEASURED and rows.loc[rows["setting"].isin(family), "accept_length_mean"].isna().all():
         return "no accept_length column, so no acceptance to fit"
+    if cfg.baseline not in set(rows["setting"]):
+        return f"no baseline ({cfg.baseline}) cells, so no plain decode speed to scale the costs from"
     return None
 
 
