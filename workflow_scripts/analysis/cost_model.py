@@ -148,6 +148,17 @@ class SourceData:
         return out
 
 
+def _cells_frame(rows: pd.DataFrame, cfg: StudyConfig, **extra) -> pd.DataFrame:
+    """Summary rows in the model's terms; numbers coerced to float (an empty external table makes them object)."""
+    numbers = {metric: rows[col] for metric, col in METRIC_COLUMNS.items()} | extra
+    return pd.DataFrame({
+        "setting": rows["setting"], "steps": rows["setting"].map(cfg.steps).astype(int), "workload": rows["workload"],
+        "concurrency": pd.to_numeric(rows["concurrency"]).astype(int),
+        **{name: pd.to_numeric(pd.Series(values, index=rows.index), errors="coerce").astype("float64")
+           for name, values in numbers.items()},
+    })
+
+
 def _with_speedup(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
     base = cells[cells["setting"] == baseline][["workload", "concurrency", *METRIC_COLUMNS]]
     cells = cells.merge(base, on=["workload", "concurrency"], how="inner", suffixes=("", "_base"))
@@ -158,12 +169,8 @@ def _with_speedup(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
 def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str]) -> SourceData:
     """The measured cells of the baseline and the family, with tokens per verify from the valid histograms."""
     rows = summary[(summary["source"] == MEASURED) & summary["setting"].isin([cfg.baseline, *family])]
-    cells = pd.DataFrame({
-        "setting": rows["setting"], "steps": rows["setting"].map(cfg.steps), "workload": rows["workload"],
-        "concurrency": rows["concurrency"].astype(int),
-        **{metric: rows[col] for metric, col in METRIC_COLUMNS.items()},
-        "aggregate_ci_low": rows["aggregate_tok_s_ci_low"], "aggregate_ci_high": rows["aggregate_tok_s_ci_high"],
-    })
+    cells = _cells_frame(rows, cfg, aggregate_ci_low=rows["aggregate_tok_s_ci_low"],
+                         aggregate_ci_high=rows["aggregate_tok_s_ci_high"])
     valid = hist.valid[hist.valid["setting"].isin(family)]
     per_cell = {key: 1 + sum(np.arange(len(h)) @ h for h in g["histogram"]) / sum(h.sum() for h in g["histogram"])
                 for key, g in valid.groupby(["setting", "workload", "concurrency"])}
@@ -196,13 +203,8 @@ def geometric_alpha(accept_length: float, steps: int) -> float:
 def external_data(summary: pd.DataFrame, source: str, cfg: StudyConfig, family: list[str]) -> SourceData:
     """An external source's cells; α from its accept_length column under one α for every position."""
     rows = summary[(summary["source"] == source) & summary["setting"].isin([cfg.baseline, *family])]
-    cells = pd.DataFrame({
-        "setting": rows["setting"], "steps": rows["setting"].map(cfg.steps), "workload": rows["workload"],
-        "concurrency": rows["concurrency"].astype(int),
-        **{metric: rows[col] for metric, col in METRIC_COLUMNS.items()},
-        "aggregate_ci_low": np.nan, "aggregate_ci_high": np.nan,
-        "tokens_per_verify": np.where(rows["setting"] == cfg.baseline, 1.0, rows["accept_length_mean"]),
-    })
+    cells = _cells_frame(rows, cfg, aggregate_ci_low=np.nan, aggregate_ci_high=np.nan,
+                         tokens_per_verify=np.where(rows["setting"] == cfg.baseline, 1.0, rows["accept_length_mean"]))
     alphas: dict[str, dict[str, list[float]]] = {}
     spec = cells[cells["steps"] > 0].dropna(subset=["tokens_per_verify"])
     for (setting, workload), g in spec.groupby(["setting", "workload"]):
