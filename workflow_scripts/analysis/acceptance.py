@@ -16,6 +16,7 @@ steps + 1 allow, is flagged, logged per request and left out.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -99,10 +100,11 @@ def _ratio_ci(num: np.ndarray, den: np.ndarray, bootstrap: Bootstrap) -> tuple[n
     if n < 2:
         return np.full(k, np.nan), np.full(k, np.nan)
     picks = np.random.default_rng(bootstrap.seed).integers(0, n, size=(bootstrap.resamples, n))
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratios = num[picks].sum(axis=1) / den[picks].sum(axis=1)  # [resamples, k]
     tail = (1 - bootstrap.ci) / 2 * 100
-    low, high = np.nanpercentile(ratios, [tail, 100 - tail], axis=0)
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a position no resample reached: NaN, not a warning
+        ratios = num[picks].sum(axis=1) / den[picks].sum(axis=1)  # [resamples, k]
+        low, high = np.nanpercentile(ratios, [tail, 100 - tail], axis=0)
     return low, high
 
 

@@ -119,8 +119,9 @@ class SourceData:
 
     source: str
     cells: pd.DataFrame  # setting, steps, workload, concurrency, metrics, CIs, tokens_per_verify, speedup
-    alphas: dict[str, dict[str, list[float]]]  # setting -> workload -> α per position (from that setting alone)
-    counts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # setting -> workload -> (accepted, reached)
+    alphas: dict[str, dict[str, list[float]]]  # geometric sources: setting -> workload -> [the one α]
+    counts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # histograms: setting -> workload -> (accepted,
+    # reached) per position
     geometric: bool  # α from accept_length under one α for all positions (external data), not from histograms
 
     def alphas_from(self, settings: Sequence[str], workload: str) -> list[float]:
@@ -178,15 +179,10 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
                                   for s, w, c, k in cells[["setting", "workload", "concurrency", "steps"]].itertuples(
                                       index=False)]
     counts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
-    alphas: dict[str, dict[str, list[float]]] = {}
     for (setting, workload), g in valid.groupby(["setting", "workload"]):
         acc, rea, _ = position_counts(np.stack(g["histogram"].to_numpy()))
         counts.setdefault(setting, {})[workload] = (acc.sum(axis=0), rea.sum(axis=0))
-    data = SourceData(MEASURED, _with_speedup(cells, cfg.baseline), alphas, counts, geometric=False)
-    for setting in counts:
-        for workload in counts[setting]:
-            alphas.setdefault(setting, {})[workload] = data.alphas_from([setting], workload)
-    return data
+    return SourceData(MEASURED, _with_speedup(cells, cfg.baseline), {}, counts, geometric=False)
 
 
 def geometric_alpha(accept_length: float, steps: int) -> float:
@@ -409,7 +405,7 @@ def _skip_reason(source: str, summary: pd.DataFrame, hist: Histograms, cfg: Stud
 def _source_lines(source: str, data: SourceData, family: list[str], others: list[str], validation: pd.DataFrame,
                   error_pct: float, pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
     lines = [f"- Cost model, {source}: fitted on {', '.join(f'`{s}`' for s in family)}"
-             + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter)" if others else "") + "."]
+             + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else "") + "."]
     if data.geometric:
         lines.append(f"  - From accept_length alone: one α for every draft position (no per-position acceptance), "
                      f"no CIs (no repeats); steps past the measured ones assume that α holds.")
@@ -423,9 +419,28 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
                      f"80th percentile {error_pct:.1f}% (the stated error), max {errors.max():.1f}%; "
                      f"{100 * share:.0f}% of {len(errors)} speculative cells within {GOAL_ERROR_PCT:.0f}% "
                      f"(goal: {100 * GOAL_SHARE:.0f}%: {'met' if share >= GOAL_SHARE else 'not met'}).")
+    lines += _noise_lines(data)
     lines += _best_steps_lines(pred, floor, floor_text)
     lines.append("  - " + worth_measuring(pred, floor, floor_text, error_pct))
     return lines
+
+
+def _noise_lines(data: SourceData) -> list[str]:
+    """What the fit cannot absorb: the spread between repeats, and speedups no step cost can explain."""
+    spec = data.cells[(data.cells["steps"] > 0)].dropna(subset=["speedup", "tokens_per_verify"])
+    impossible = spec[spec["speedup"] > spec["tokens_per_verify"]]
+    spread = ((data.cells["aggregate_ci_high"] - data.cells["aggregate_ci_low"]) / data.cells["aggregate_tok_s"]).dropna()
+    parts = []
+    if len(spread):
+        parts.append(f"between repeats a cell's aggregate tok/s spans a median {100 * spread.median():.0f}% of its "
+                     f"value (95% CI width ÷ median, max {100 * spread.max():.0f}%)")
+    if len(impossible):
+        worst = impossible.loc[(impossible["speedup"] / impossible["tokens_per_verify"]).idxmax()]
+        parts.append(f"{len(impossible)} of {len(spec)} speculative cells beat the baseline by more than their "
+                     f"tokens per verify (a speculative step cheaper than a plain decode step; worst: `{worst.setting}` "
+                     f"{worst.workload} C={worst.concurrency}, ×{worst.speedup:.2f} with {worst.tokens_per_verify:.2f} "
+                     "tokens per verify), which only a machine load that changed between the settings' runs explains")
+    return [f"  - Measurement noise: {'; '.join(parts)}."] if parts else []
 
 
 def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
