@@ -310,8 +310,11 @@ def parameter_table(source: str, model: Model, max_steps: int) -> pd.DataFrame:
     rows = [{"source": source, "parameter": "alpha", "workload": w, "position": p + 1, "value": a,
              "note": "one α for all positions (from accept_length)" if source != MEASURED else ""}
             for w, alphas in model.alphas.items() for p, a in enumerate(alphas)]
+    overhead_note = "plain decode steps per speculative step, on top of 1" + (
+        "; negative, which no engine does: the fit absorbs speed differences between the settings' runs"
+        if model.costs.overhead < 0 else "")
     rows.append({"source": source, "parameter": "fixed_overhead", "value": model.costs.overhead,
-                 "note": "plain decode steps per speculative step, on top of 1"})
+                 "note": overhead_note})
     for c, s in model.costs.per_draft.items():
         rows.append({"source": source, "parameter": "per_draft_cost", "concurrency": c, "value": s,
                      "note": "plain decode steps per draft position (draft forward + one more verified token)"})

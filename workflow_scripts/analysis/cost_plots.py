@@ -30,7 +30,8 @@ def acceptance_position_chart(acceptance: pd.DataFrame) -> alt.Chart:
     line = alt.Chart().mark_line(point=True).encode(
         x=x, y=alt.Y("conditional_rate:Q", title="acceptance α_p", scale=alt.Scale(domain=[0, 1])), color=color,
         tooltip=tooltip)
-    bars = alt.Chart().mark_errorbar().encode(x=x, y="conditional_ci_low:Q", y2="conditional_ci_high:Q", color=color)
+    bars = alt.Chart().mark_errorbar().encode(x=x, y=alt.Y("conditional_ci_low:Q", title="acceptance α_p"),
+                                              y2="conditional_ci_high:Q", color=color)
     return (alt.layer(line, bars, data=data).properties(**PANEL).facet(column=alt.Column("setting:N"))
             .properties(title=title))
 
@@ -52,14 +53,15 @@ def cost_model_chart(predictions: pd.DataFrame) -> alt.Chart:
     tooltip = ["workload:N", "concurrency:Q", "steps:Q", "setting:N", "note:N",
                alt.Tooltip("predicted_aggregate_tok_s:Q", format=".1f"), alt.Tooltip("stated_error_pct:Q", format=".1f"),
                alt.Tooltip("measured_aggregate_tok_s:Q", format=".1f")]
-    band = alt.Chart().mark_area(opacity=0.12).encode(x=x, y="low:Q", y2="high:Q", color=color)
+    y_title = "aggregate tok/s"
+    band = alt.Chart().mark_area(opacity=0.12).encode(x=x, y=alt.Y("low:Q", title=y_title), y2="high:Q", color=color)
     line = alt.Chart().mark_line(strokeDash=[4, 2]).encode(x=x, y=y, color=color)
     predicted = alt.Chart().transform_filter("!datum.measured").mark_point(filled=False, size=50).encode(
         x=x, y=y, color=color, tooltip=tooltip)
     measured = alt.Chart().transform_filter("datum.measured").mark_point(filled=True, size=60).encode(
-        x=x, y="measured_aggregate_tok_s:Q", color=color, tooltip=tooltip)
+        x=x, y=alt.Y("measured_aggregate_tok_s:Q", title=y_title), color=color, tooltip=tooltip)
     bars = alt.Chart().transform_filter("datum.measured").mark_errorbar().encode(
-        x=x, y="measured_aggregate_ci_low:Q", y2="measured_aggregate_ci_high:Q", color=color)
+        x=x, y=alt.Y("measured_aggregate_ci_low:Q", title=y_title), y2="measured_aggregate_ci_high:Q", color=color)
     return (alt.layer(band, line, predicted, bars, measured, data=data).properties(**PANEL)
             .facet(column=alt.Column("panel:N", title="workload · source")).resolve_scale(y="independent")
             .properties(title=title))
