@@ -51,6 +51,8 @@ rule analysis_plots:
         summary=f"{RESULTS}/tables/summary.csv",
         improvement=f"{RESULTS}/tables/improvement.csv",
         quantiles=f"{RESULTS}/tables/latency_quantiles.csv",
+        by_position=f"{RESULTS}/tables/acceptance_by_position.csv",
+        cost_predictions=f"{RESULTS}/tables/cost_model_predictions.csv",
     output:
         **rule_items.plot_outputs(RESULTS),
     log:
@@ -85,6 +87,7 @@ rule analysis_summary:
         floor=f"{RESULTS}/tables/noise_floor.json",
         precision=f"{RESULTS}/tables/precision.csv",
         meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
+        cost_model_md=f"{RESULTS}/tables/cost_model.md",
     output:
         **rule_items.summary_outputs(RESULTS),
     log:

@@ -55,6 +55,10 @@ def test_cell_holds_exactly_c_in_flight_and_records_everything(server, smoke_pai
         for rec in result.records:
             assert rec.spec_verify_ct and rec.accept_length and rec.accept_length >= 1
             assert sum(rec.chunk_tokens) == 10 and len(rec.output_ids) == 10
+            histogram = rec.spec_correct_drafts_histogram
+            assert sum(histogram) == rec.spec_verify_ct and len(histogram) <= 3  # steps 2: 0..2 correct drafts
+            assert sum(i * n for i, n in enumerate(histogram)) == rec.spec_num_correct_drafts
+            assert rec.spec_num_proposed_drafts == 2 * rec.spec_verify_ct
     assert 0 < result.client_cpu_s < result.wall_s
 
 

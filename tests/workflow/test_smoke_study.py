@@ -117,6 +117,33 @@ def test_aa_control_and_noise_floor(study):
     assert len(precision) == CELLS and (precision.rounds == SMOKE["benchmark"]["repeats"]).all()
 
 
+def test_acceptance_by_position_and_cost_model(study):
+    """Every speculative request carries SGLang's histogram, consistent with its counts; the analysis turns them
+    into per-position acceptance and a validated cost model."""
+    res = results(study)
+    frames = pd.concat(pd.read_parquet(res / "requests" / f"{s}.parquet") for s in SMOKE["settings"])
+    spec = frames[frames.setting.isin(SPECULATING)]
+    for row in spec.itertuples():
+        steps = SMOKE["settings"][row.setting]["speculative_num_steps"]
+        histogram = list(row.spec_correct_drafts_histogram)
+        assert sum(histogram) == row.spec_verify_ct and len(histogram) <= steps + 1, row.request_id
+        assert sum(i * n for i, n in enumerate(histogram)) == row.spec_num_correct_drafts
+        assert row.spec_num_proposed_drafts == row.spec_verify_ct * steps
+    plain = frames[~frames.setting.isin(SPECULATING)]
+    assert plain.spec_correct_drafts_histogram.isna().all() and plain.spec_num_proposed_drafts.isna().all()
+    by_position = pd.read_csv(res / "tables" / "acceptance_by_position.csv")
+    expected = {(s, w, p) for s in SPECULATING for w in SMOKE["workloads"]
+                for p in range(1, SMOKE["settings"][s]["speculative_num_steps"] + 1)}
+    assert set(zip(by_position.setting, by_position.workload, by_position.position)) == expected
+    assert (by_position.n_bad_histograms == 0).all()
+    validation = pd.read_csv(res / "tables" / "cost_model_validation.csv")
+    assert set(validation.left_out) == {"steps1", "steps2"}  # the STANDALONE family; ngram is another drafter
+    predictions = pd.read_csv(res / "tables" / "cost_model_predictions.csv")
+    assert set(predictions.steps) == set(range(0, 7))  # analysis.predict_max_steps defaults to 6
+    recommendation = pd.read_csv(res / "tables" / "recommendation.csv")
+    assert recommendation.predicted_best_steps.notna().all()
+
+
 def test_report_renders_in_a_real_browser(study):
     """`snakemake --report` on the real study, opened in headless Chromium: every chart draws marks."""
     report = results(study) / "report.html"

@@ -30,6 +30,7 @@ class StudyConfig:
     external: list[dict[str, str]] = field(default_factory=list)
     twin: str | None = None  # the control's A/A twin (benchmark.aa_control), reported apart from the settings
     precision_pct: float = 3.0
+    predict_max_steps: int = 6  # the cost model predicts steps 1..this (cost_model.py)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> StudyConfig:
@@ -51,6 +52,7 @@ class StudyConfig:
             external=list(analysis.get("external") or []),
             twin=twin_name(baseline) if bench.get("aa_control", True) else None,
             precision_pct=float(bench.get("precision_pct", 3.0)),
+            predict_max_steps=int(analysis.get("predict_max_steps", 6)),
         )
         out._validate()
         return out
@@ -60,6 +62,8 @@ class StudyConfig:
         return cls.from_dict(json.loads(text))
 
     def _validate(self) -> None:
+        if self.predict_max_steps < 1:
+            raise ValueError(f"analysis.predict_max_steps: must be >= 1, got {self.predict_max_steps}")
         if self.baseline not in self.settings:
             raise ValueError(f"analysis.baseline: {self.baseline!r} is not a setting ({', '.join(self.settings)})")
         if self.pairwise != "auto":

@@ -96,8 +96,18 @@ def recommendation_lines(rec: pd.DataFrame) -> str:
                      "score × baseline": "—" if not np.isfinite(r.score_vs_baseline) else f"{r.score_vs_baseline:.2f}",
                      "vs baseline": r.verdict if isinstance(r.verdict, str) else "",
                      "tied with": r.tied_with if isinstance(r.tied_with, str) else "",
-                     "never recommended": r.excluded if isinstance(r.excluded, str) else ""})
+                     "never recommended": r.excluded if isinstance(r.excluded, str) else "",
+                     **_predicted_cell(r)})
     return to_markdown(pd.DataFrame(rows)) if rows else "No band has data."
+
+
+def _predicted_cell(r) -> dict[str, str]:
+    """The cost model's best steps, with its stated error beside it (absent when the model was skipped)."""
+    best = getattr(r, "predicted_best_steps", None)
+    if not isinstance(best, str) or not best:
+        return {}
+    error = getattr(r, "predicted_error_pct", np.nan)
+    return {"predicted best steps": best + (f" (±{error:.0f}%)" if np.isfinite(error) and error > 0 else "")}
 
 
 def lossless_lines(lossless: pd.DataFrame, baseline: str) -> list[str]:
@@ -164,6 +174,11 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
         parts += ["## Against external results", "",
                   "The same comparison, workload and concurrency in an external table (e.g. the seed article, "
                   "measured on GPUs) and in this study:", "", external, ""]
+    cost_model = (tables_dir / "cost_model.md").read_text(encoding="utf-8").strip()
+    if cost_model:
+        parts += ["## Cost model: acceptance by position, and what other steps would do", "",
+                  "Fitted to this study's own cells (`workflow_scripts/analysis/cost_model.py`); predictions carry "
+                  "their leave-one-setting-out error.", "", cost_model, ""]
     eos = eos_lines(summary, cfg)
     if eos:
         parts += ["## How realistic answers ended", "", *eos, ""]

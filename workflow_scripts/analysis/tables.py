@@ -4,14 +4,17 @@
         --requests results/S/requests/*.parquet --cohort-meta results/S/benchmark/*.json --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless, latency_quantiles, aa and precision as CSV, noise_floor.json,
-and HTML views for the report. The control's A/A twin appears only in aa.csv, the noise floor and cells.csv.
+recommendation, recommendation_scores, lossless, latency_quantiles, aa and precision as CSV, noise_floor.json, the
+cost model's acceptance_by_position, cost_model_params, cost_model_predictions, cost_model_validation (CSV) and
+cost_model.md, and HTML views for the report. The control's A/A twin appears only in aa.csv, the noise floor and
+cells.csv.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import logging
 import math
 import sys
 from dataclasses import dataclass
@@ -20,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from workflow_scripts.analysis.cost_model import CostModelReport, add_predicted_best, analyse, floor_text
 from workflow_scripts.analysis.external import load_external
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
 from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
@@ -69,6 +73,7 @@ class StudyTables:
     recommendation_scores: pd.DataFrame
     lossless: pd.DataFrame
     latency_quantiles: pd.DataFrame
+    cost_model: CostModelReport
     aa: pd.DataFrame
     noise_floor: dict
     precision: pd.DataFrame
@@ -92,7 +97,10 @@ class StudyTables:
         return {"summary": self.summary, "cells": self.cells, "improvement": self.improvement,
                 "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
                 "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
-                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision}
+                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision,
+                "acceptance_by_position": self.cost_model.acceptance, "cost_model_params": self.cost_model.params,
+                "cost_model_predictions": self.cost_model.predictions,
+                "cost_model_validation": self.cost_model.validation}
 
     def html_views(self) -> dict[str, str]:
         return {
@@ -108,12 +116,19 @@ class StudyTables:
                                         [("Recommendation", self.recommendation),
                                          ("All scores", self.recommendation_scores)]),
             "lossless": html_page("Lossless check at temperature 0", [("", self.lossless)]),
+            "acceptance_by_position": html_page("Acceptance by draft position (95% CI over requests)",
+                                                [("", self.cost_model.acceptance)]),
+            "cost_model": html_page("Cost model: leave-one-setting-out validation, predictions, parameters",
+                                    [("Validation", self.cost_model.validation),
+                                     ("Predictions", self.cost_model.predictions),
+                                     ("Parameters", self.cost_model.params)], self.cost_model.markdown),
         }
 
     def write(self, out_dir: Path) -> None:
         for name, frame in self.csvs().items():
             write_csv(frame, out_dir / f"{name}.csv")
         atomic_write_text(out_dir / "article_tables.md", self.article_markdown)
+        atomic_write_text(out_dir / "cost_model.md", self.cost_model.markdown)
         for name, page in self.html_views().items():
             atomic_write_text(out_dir / f"{name}.html", page)
         atomic_write_text(out_dir / "noise_floor.json", json.dumps(self.noise_floor, indent=1) + "\n")
@@ -121,7 +136,7 @@ class StudyTables:
 
 def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = ()) -> StudyTables:
     """Compute all tables from the per-request files, the cohorts' meta files and the configured external CSVs."""
-    with tqdm(total=5, desc="analysis tables", unit="step") as steps:
+    with tqdm(total=6, desc="analysis tables", unit="step") as steps:
         all_requests = add_request_metrics(load_requests(request_paths))
         all_cells = cell_table(all_requests)
         requests = all_requests[all_requests["setting"] != cfg.twin]
@@ -140,11 +155,14 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         steps.update()
         scores = score_table(requests, cells, cfg)
         steps.update()
+        cost = analyse(requests, summary, cfg, *floor_text(floor))
+        steps.update()
         tables = StudyTables(
             summary=summary, cells=all_cells, improvement=improvement,
             articles=article_tables(summary, improvement, cfg, aa), gap=gap, gap_sentence=gap_sentence(gap),
-            recommendation=recommend(scores, cfg, improvement), recommendation_scores=scores,
-            lossless=lossless_table(requests, cfg.baseline), latency_quantiles=latency_quantiles(requests),
+            recommendation=add_predicted_best(recommend(scores, cfg, improvement), cost, cfg),
+            recommendation_scores=scores, lossless=lossless_table(requests, cfg.baseline),
+            latency_quantiles=latency_quantiles(requests), cost_model=cost,
             aa=aa, noise_floor=floor, precision=precision_table(metas))
         steps.update()
     return tables
@@ -157,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cohort-meta", nargs="*", type=Path, default=[], help="benchmark/{cohort}.json files")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
         tables = build(StudyConfig.from_json(args.config_json), args.requests, args.cohort_meta)
     except ValueError as exc:

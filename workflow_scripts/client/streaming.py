@@ -35,6 +35,10 @@ class RequestRecord:
     finish_reason: str | None = None
     spec_verify_ct: int | None = None
     accept_length: float | None = None
+    # SGLang's per-request speculation counts, None when the server does not report them (no speculation)
+    spec_correct_drafts_histogram: list[int] | None = None
+    spec_num_correct_drafts: int | None = None
+    spec_num_proposed_drafts: int | None = None
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     error: str | None = None
@@ -118,6 +122,9 @@ def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float, incremental:
     if "spec_verify_ct" in meta:
         rec.spec_verify_ct = meta["spec_verify_ct"]
         rec.accept_length = meta.get("spec_accept_length") or (done / meta["spec_verify_ct"] if meta["spec_verify_ct"] else None)
+        rec.spec_correct_drafts_histogram = meta.get("spec_correct_drafts_histogram", rec.spec_correct_drafts_histogram)
+        rec.spec_num_correct_drafts = meta.get("spec_num_correct_drafts", rec.spec_num_correct_drafts)
+        rec.spec_num_proposed_drafts = meta.get("spec_num_proposed_drafts", rec.spec_num_proposed_drafts)
 
 
 def _on_openai_chunk(rec: RequestRecord, chunk: dict, now: float, text_of) -> None:

@@ -47,6 +47,7 @@ class Sequence:
     verify_ct: int = 0
     accepted: int = 0
     proposed: int = 0
+    correct_drafts_histogram: list[int] = field(default_factory=list)  # [i] = verifies that accepted i drafts
     stop_ids: frozenset[int] = field(default_factory=frozenset)
     finished: bool = False
 
@@ -85,6 +86,13 @@ def _finish_check(seq: Sequence, token: int, eos: frozenset[int], context_length
     if len(seq.tokens) >= context_length:
         return {"type": "length", "length": seq.output_len}
     return None
+
+
+def _count_correct_drafts(histogram: list[int], correct: int) -> None:
+    """SGLang's `Req.update_spec_correct_drafts_histogram`: bucket = accepted drafts (no bonus), grown on demand."""
+    if len(histogram) <= correct:
+        histogram.extend([0] * (correct + 1 - len(histogram)))
+    histogram[correct] += 1
 
 
 class Engine:
@@ -309,6 +317,7 @@ class Engine:
             spec_verify_ct=seq.verify_ct,
             spec_accepted_drafts=seq.accepted,
             spec_proposed_drafts=seq.proposed,
+            spec_correct_drafts_histogram=tuple(seq.correct_drafts_histogram),
         )
         try:
             seq.sink(event)
@@ -392,5 +401,6 @@ class Engine:
             seq.verify_ct += 1
             seq.accepted += m
             seq.proposed += n
+            _count_correct_drafts(seq.correct_drafts_histogram, m)
             seq.draft_len = min(seq.draft_len, committed_before + m)
             self._commit(seq, row[:m] + [tok])

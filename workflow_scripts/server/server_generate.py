@@ -127,16 +127,22 @@ class Generator:
             return meta
         meta["e2e_latency"] = time.perf_counter() - t0
         if self.speculating and last.spec_verify_ct > 0:
-            proposed = last.spec_proposed_drafts
+            # SGLang's fill_spec_decoding_meta: proposed = verify forwards x (num_draft_tokens - 1), whatever the
+            # drafter found (an NGRAM miss still fills its verify width); correct drafts leave the bonus token out.
+            verify = last.spec_verify_ct
+            proposed = verify * (self.engine.spec.num_draft_tokens - 1)
+            correct = last.spec_accepted_drafts
             meta.update(
-                spec_verify_ct=last.spec_verify_ct,
-                spec_accept_length=last.completion_tokens / last.spec_verify_ct,
-                spec_accept_rate=last.spec_accepted_drafts / proposed if proposed else 0.0,
-                spec_accepted_drafts=last.spec_accepted_drafts,
-                spec_proposed_drafts=proposed,
-                # SGLang 0.5.23 reports the same counts under these names.
-                spec_num_correct_drafts=last.spec_accepted_drafts,
+                spec_verify_ct=verify,
+                spec_accept_length=last.completion_tokens / verify,
+                spec_accept_rate=correct / proposed if proposed else 0.0,
+                spec_num_correct_drafts=correct,
                 spec_num_proposed_drafts=proposed,
+                spec_correct_drafts_histogram=list(last.spec_correct_drafts_histogram),
+                # SGLang 0.5.23's backward-compat aliases of the same values.
+                spec_accepted_drafts=correct,
+                spec_proposed_drafts=proposed,
+                spec_accept_histogram=list(last.spec_correct_drafts_histogram),
             )
         return meta
 
