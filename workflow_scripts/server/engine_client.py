@@ -135,13 +135,14 @@ class EngineClient:
         exited = asyncio.ensure_future(self._exited.wait())
         try:
             await asyncio.wait({recv, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not recv.done():  # it exited; a refusal it sent just before may still be on its way
+                await asyncio.wait({recv}, timeout=EXIT_MESSAGE_WAIT_S)
         finally:
             exited.cancel()
-        if not recv.done():  # it exited; a refusal it sent just before may still be on its way
-            done, _ = await asyncio.wait({recv}, timeout=EXIT_MESSAGE_WAIT_S)
-            if not done:
+            if not recv.done():
                 recv.cancel()
-                raise EngineStartError(f"the engine process exited with code {self._proc.returncode} during start-up")
+        if recv.cancelled():
+            raise EngineStartError(f"the engine process exited with code {self._proc.returncode} during start-up")
         kind, payload = recv.result()
         if kind == "failed":
             raise EngineStartError(payload)
