@@ -19,17 +19,23 @@ by default (`server.incremental_streaming`).
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 from pathlib import Path
 
-from benchmarks.engine_bench import aggregate_tok_s
-from benchmarks.engine_bench import run_cell as run_in_process
-from workflow_scripts.client.cell import CellPlan, run_cell
-from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts
-from workflow_scripts.engine.scheduler import Engine
-from workflow_scripts.engine.types import SamplingParams
-from workflow_scripts.launcher.command import ServerSpec, build_command
-from workflow_scripts.launcher.process import ServerProcess, free_port
+# Both sides run one torch thread (the server via --num-threads 1). torch.set_num_threads() does not reach the
+# in-process engine's scheduling thread, whose OpenMP pool would otherwise take every core and spin under load.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+
+from benchmarks.engine_bench import aggregate_tok_s  # noqa: E402
+from benchmarks.engine_bench import run_cell as run_in_process  # noqa: E402
+from workflow_scripts.client.cell import CellPlan, run_cell  # noqa: E402
+from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts  # noqa: E402
+from workflow_scripts.engine.scheduler import Engine  # noqa: E402
+from workflow_scripts.engine.types import SamplingParams  # noqa: E402
+from workflow_scripts.launcher.command import ServerSpec, build_command  # noqa: E402
+from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: E402
 
 
 def main() -> None:

@@ -115,3 +115,9 @@ def test_idle_server_costs_no_cpu(server):
     time.sleep(IDLE_WINDOW_S)
     used = sum(_cpu_seconds(pid) for pid in pids) - before
     assert used < IDLE_CPU_LIMIT_S, f"idle server used {used:.2f} s of CPU in {IDLE_WINDOW_S:.0f} s"
+
+
+def test_num_threads_sizes_the_engine_process_pools(server):
+    """--num-threads 1 (the fixture's) reaches the scheduler thread's OpenMP/MKL pools through the environment."""
+    environ = Path(f"/proc/{_engine_pid(server)}/environ").read_bytes().split(b"\0")
+    assert b"OMP_NUM_THREADS=1" in environ and b"MKL_NUM_THREADS=1" in environ

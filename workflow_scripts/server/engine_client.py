@@ -71,6 +71,17 @@ def engine_config(args: ServerArgs, requests_address: str, outputs_address: str)
     }
 
 
+def engine_env(args: ServerArgs) -> dict[str, str]:
+    """The engine process's environment: --num-threads also sizes the OpenMP/MKL pools of every thread.
+
+    torch.set_num_threads() only reaches the thread that calls it; the scheduler runs its forwards on a thread
+    of its own, whose OpenMP pool would otherwise take every core and spin against other processes."""
+    env = dict(os.environ)
+    if args.num_threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.num_threads)
+    return env
+
+
 class EngineClient:
     """submit/abort/stats against the engine process; construct with `await EngineClient.start(args)`."""
 
@@ -107,7 +118,9 @@ class EngineClient:
         outputs.setsockopt(zmq.LINGER, 0)
         outputs.bind(outputs_address)
         config = engine_config(args, requests_address, outputs_address)
-        proc = subprocess.Popen([sys.executable, "-m", "workflow_scripts.engine.engine_process", json.dumps(config)])
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "workflow_scripts.engine.engine_process", json.dumps(config)], env=engine_env(args)
+        )
         client = cls(proc, ipc_dir, requests, outputs)
         try:
             client.info = await client._handshake()
@@ -122,13 +135,14 @@ class EngineClient:
         exited = asyncio.ensure_future(self._exited.wait())
         try:
             await asyncio.wait({recv, exited}, return_when=asyncio.FIRST_COMPLETED)
+            if not recv.done():  # it exited; a refusal it sent just before may still be on its way
+                await asyncio.wait({recv}, timeout=EXIT_MESSAGE_WAIT_S)
         finally:
             exited.cancel()
-        if not recv.done():  # it exited; a refusal it sent just before may still be on its way
-            done, _ = await asyncio.wait({recv}, timeout=EXIT_MESSAGE_WAIT_S)
-            if not done:
+            if not recv.done():
                 recv.cancel()
-                raise EngineStartError(f"the engine process exited with code {self._proc.returncode} during start-up")
+        if recv.cancelled():
+            raise EngineStartError(f"the engine process exited with code {self._proc.returncode} during start-up")
         kind, payload = recv.result()
         if kind == "failed":
             raise EngineStartError(payload)
