@@ -157,7 +157,7 @@ class Cohort:
         tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
         cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
                              self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
-                             api_key=live.spec.api_key)
+                             api_key=live.spec.api_key, metrics=live.spec.enable_metrics)
         start_ts, t0 = time.time(), time.perf_counter()
         result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
                           watchdog=functools.partial(watch, live.process, live.url))
