@@ -75,7 +75,7 @@ def build_state(args: ServerArgs, engine: EngineClient, tokenizer) -> ServerStat
         generator=Generator(
             engine,
             lambda ids, skip: tokenizer.decode(ids, skip_special_tokens=skip),
-            speculating=args.speculative_algorithm is not None,
+            spec=args.spec_config(),
             stream_interval=args.stream_interval,
             metrics=ServerMetrics(args.served_model_name) if args.enable_metrics else None,
         ),

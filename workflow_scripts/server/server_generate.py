@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from workflow_scripts.engine.types import SamplingParams, TokenEvent
+from workflow_scripts.engine.types import SamplingParams, SpecConfig, TokenEvent
 from workflow_scripts.server.engine_client import EngineClient
 from workflow_scripts.server.http_errors import RequestError
 from workflow_scripts.server.metrics import ServerMetrics
@@ -67,13 +67,13 @@ class Generator:
         self,
         engine: EngineClient,
         decode: Callable[[list[int], bool], str],
-        speculating: bool,
+        spec: SpecConfig | None,
         stream_interval: int = 1,
         metrics: ServerMetrics | None = None,
     ):
         self.engine = engine
         self.decode = decode
-        self.speculating = speculating
+        self.spec = spec  # None when the server does not speculate
         self.stream_interval = stream_interval
         self.metrics = metrics
         self._in_flight: set[str] = set()
@@ -126,11 +126,11 @@ class Generator:
         if finish_reason is None:
             return meta
         meta["e2e_latency"] = time.perf_counter() - t0
-        if self.speculating and last.spec_verify_ct > 0:
+        if self.spec is not None and last.spec_verify_ct > 0:
             # SGLang's fill_spec_decoding_meta: proposed = verify forwards x (num_draft_tokens - 1), whatever the
             # drafter found (an NGRAM miss still fills its verify width); correct drafts leave the bonus token out.
             verify = last.spec_verify_ct
-            proposed = verify * (self.engine.spec.num_draft_tokens - 1)
+            proposed = verify * (self.spec.num_draft_tokens - 1)
             correct = last.spec_accepted_drafts
             meta.update(
                 spec_verify_ct=verify,
