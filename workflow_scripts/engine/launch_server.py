@@ -63,6 +63,8 @@ def build_state(args: ServerArgs):
         context_length=args.context_length,
         num_threads=args.num_threads,
         dtype=args.dtype,
+        chunked_prefill_size=args.chunked_prefill_size,
+        enable_mixed_chunk=args.enable_mixed_chunk,
     )
     config = json.loads((Path(args.model_path) / "config.json").read_text())
     state = ServerState(

@@ -28,7 +28,14 @@ from workflow_scripts.engine.model import DecoderModel, Segment
 from workflow_scripts.engine.sampling import RowParams, choose_tokens, greedy_accept, sampling_probs, speculative_accept
 from workflow_scripts.engine.sequence import Sequence
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, StandaloneDrafter
-from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
+from workflow_scripts.engine.types import (
+    DEFAULT_CHUNKED_PREFILL_SIZE,
+    EngineConfigError,
+    SamplingParams,
+    SpecConfig,
+    TokenEvent,
+    chunked_prefill_problem,
+)
 from workflow_scripts.speculation_rules import NUMBER_KEYS, speculation_problem
 
 logger = logging.getLogger(__name__)
@@ -36,9 +43,6 @@ logger = logging.getLogger(__name__)
 ALGORITHMS = ("STANDALONE", "NGRAM")
 DEFAULT_CONTEXT_LENGTH = 2048
 THREADS_ENV = "SPECSTUDY_ENGINE_THREADS"
-# SGLang sizes --chunked-prefill-size by device memory (2048..16384; 8192 for 60-160 GB). This engine keeps the
-# prefill budget it had before chunking existed; -1 disables chunking, as in SGLang.
-DEFAULT_CHUNKED_PREFILL_SIZE = 8192
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default: bounds a prefill batch when chunking is off
 
 
@@ -68,12 +72,6 @@ def prefill_segments(rows: list[PrefillRow]) -> list[Segment]:
         segments.append(Segment(tokens, torch.tensor([r.start for r in group]), group[0].seq.slot))
         i = j
     return segments
-
-
-def validate_chunked_prefill_size(size: int) -> None:
-    """SGLang's meaning: a positive token budget, or -1 for no chunking."""
-    if size != -1 and size < 1:
-        raise EngineConfigError(f"--chunked-prefill-size must be -1 (disabled) or >= 1, got {size}")
 
 
 def validate_spec(spec: SpecConfig) -> None:
@@ -124,7 +122,8 @@ class Engine:
     ):
         if max_running_requests < 1:
             raise EngineConfigError(f"--max-running-requests must be >= 1, got {max_running_requests}")
-        validate_chunked_prefill_size(chunked_prefill_size)
+        if problem := chunked_prefill_problem(chunked_prefill_size):
+            raise EngineConfigError(problem)
         threads = num_threads or int(os.environ.get(THREADS_ENV, "0"))
         if threads > 0:
             torch.set_num_threads(threads)
