@@ -27,7 +27,7 @@ import torch
 from workflow_scripts.engine.model import DecoderModel, Segment
 from workflow_scripts.engine.sampling import RowParams, choose_tokens, greedy_accept, sampling_probs, speculative_accept
 from workflow_scripts.engine.sequence import Sequence
-from workflow_scripts.engine.speculative import Drafter, NgramDrafter, StandaloneDrafter
+from workflow_scripts.engine.speculative import Drafter, NgramDrafter, Proposal, StandaloneDrafter
 from workflow_scripts.engine.types import (
     DEFAULT_CHUNKED_PREFILL_SIZE,
     EngineConfigError,
@@ -463,7 +463,7 @@ class Engine:
             self._running.append(seq)  # its slot is len(_running) already: completed rows precede the chunked one
             self._commit(seq, [tok])
 
-    def _verify(self, seqs: list[Sequence], params: RowParams, proposal, logits: torch.Tensor) -> None:
+    def _verify(self, seqs: list[Sequence], params: RowParams, proposal: Proposal, logits: torch.Tensor) -> None:
         """Keep each row's accepted run of drafts plus the target's next token (lossless rejection sampling)."""
         B, K = proposal.tokens.shape
         if params.all_greedy:
