@@ -10,7 +10,9 @@ and the median over repeats is reported, so machine noise hits both modes alike.
 - step gap = time between two consecutive token events of one running request (its inter-token latency per
   engine step; under speculation one event carries 1..k+1 tokens): p50 and p99 over all requests of a cell.
   A refill without mixing costs every running request one extra forward, which shows in the p99;
-- TTFT p50 = submit to first token.
+- TTFT p50 = submit to first token;
+- tok per CPU-s = output tokens / CPU seconds the process spent on the cell: on a shared machine, what a cell
+  costs the engine is steadier than its wall time.
 
     python benchmarks/mixed_prefill.py --target results/default/models/target --draft results/default/models/draft
 """
@@ -22,6 +24,7 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -43,10 +46,11 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered)) - 1))]
 
 
-def cell_figures(cell: list[Timed]) -> dict[str, float]:
+def cell_figures(cell: list[Timed], cpu_s: float) -> dict[str, float]:
     gaps = [g for r in cell for g in r.step_gaps]
     return {
         "aggregate tok/s": aggregate_tok_s(cell),
+        "tok per CPU-s": sum(r.tokens for r in cell) / cpu_s,
         "step gap p50 ms": percentile(gaps, 50) * 1e3,
         "step gap p99 ms": percentile(gaps, 99) * 1e3,
         "TTFT p50 ms": statistics.median(r.times[0] - r.submit for r in cell) * 1e3,
@@ -106,12 +110,16 @@ def main(argv: list[str] | None = None) -> None:
         prompts = make_prompts(args.target, n, realistic=True, vocab=vocab)
         params = [SamplingParams(temperature=0.0, max_new_tokens=m, ignore_eos=True)
                   for m in spread_lengths(n, args.new_tokens, seed=1)]
-        for e in engines.values():  # warm-up: first-touch costs stay out of the cells
-            run_cell(e, prompts[:2], params[:2], 2)
+        warm = SamplingParams(temperature=0.0, max_new_tokens=8, ignore_eos=True)
+        for e in engines.values():  # warm-up at full width: first-touch costs stay out of the cells
+            run_cell(e, prompts[:C], warm, C)
         cells: dict[tuple[str, str], list[dict[str, float]]] = {}
-        for _ in tqdm(range(args.repeats), desc="cells"):
-            for key, engine in engines.items():
-                cells.setdefault(key, []).append(cell_figures(run_cell(engine, prompts, params, C)))
+        order = list(engines.items())
+        for rep in tqdm(range(args.repeats), desc="cells"):
+            for key, engine in order[rep % len(order):] + order[: rep % len(order)]:  # rotate: no engine always first
+                cpu = time.process_time()
+                cell = run_cell(engine, prompts, params, C)
+                cells.setdefault(key, []).append(cell_figures(cell, time.process_time() - cpu))
         stats = {key: e.stats() for key, e in engines.items()}
     finally:
         for e in engines.values():
@@ -126,7 +134,8 @@ def main(argv: list[str] | None = None) -> None:
             med = {f: statistics.median(c[f] for c in cells[(name, mode)]) for f in figures}
             mixed_share = stats[(name, mode)]["total_mixed_forwards"] / max(1, stats[(name, mode)]["total_forwards"])
             rows.append([name, mode, *(med[f] for f in figures), med["aggregate tok/s"] / base["aggregate tok/s"],
-                         med["step gap p99 ms"] / base["step gap p99 ms"], f"{mixed_share:.0%}"])
+                         med["tok per CPU-s"] / base["tok per CPU-s"], med["step gap p99 ms"] / base["step gap p99 ms"],
+                         f"{mixed_share:.0%}"])
     mean_prompt = statistics.mean(len(p) for p in prompts)
     report = [
         f"# Mixed prefill under refills\n\nPair: `{args.target}` + `{args.draft}` ({source}). Threads: {args.threads}. "
@@ -134,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
         f"realistic prompts (mean {mean_prompt:.0f} tokens), T=0 ignore_eos, output lengths uniform in "
         f"[{args.new_tokens // 2}, {args.new_tokens * 3 // 2}]. --chunked-prefill-size {args.chunked_prefill_size}. "
         f"Repeats: {args.repeats} (median). Engine driven in-process.",
-        md_table(["setting", "prefill", *figures, "aggregate vs separate", "p99 gap vs separate", "mixed forwards"], rows),
+        md_table(["setting", "prefill", *figures, "aggregate vs separate", "CPU-s efficiency vs separate",
+                  "p99 gap vs separate", "mixed forwards"], rows),
     ]
     text = "\n\n".join(report) + "\n"
     print(text)
