@@ -14,6 +14,7 @@ cache as a slice.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
@@ -62,15 +63,10 @@ class PrefillRow:
 def prefill_segments(rows: list[PrefillRow]) -> list[Segment]:
     """Consecutive rows (consecutive slots) with equal chunk lengths share a segment: no padded tokens."""
     segments: list[Segment] = []
-    i = 0
-    while i < len(rows):
-        j = i + 1
-        while j < len(rows) and rows[j].length == rows[i].length:
-            j += 1
-        group = rows[i:j]
+    for _, same_length in itertools.groupby(rows, key=lambda r: r.length):
+        group = list(same_length)
         tokens = torch.tensor([r.seq.tokens[r.start : r.start + r.length] for r in group])
         segments.append(Segment(tokens, torch.tensor([r.start for r in group]), group[0].seq.slot))
-        i = j
     return segments
 
 
