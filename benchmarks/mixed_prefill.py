@@ -9,7 +9,8 @@ and the median over repeats is reported, so machine noise hits both modes alike.
 - aggregate tok/s = all output tokens / (last token - first submit);
 - step gap = time between two consecutive token events of one running request (its inter-token latency per
   engine step; under speculation one event carries 1..k+1 tokens): p50 and p99 over all requests of a cell.
-  A refill without mixing costs every running request one extra forward, which shows in the p99;
+  A refill without mixing costs every running request one extra forward, which shows in the p99, and is
+  counted exactly as "stalling prefill forwards" (prefill-only forwards while sequences were running);
 - TTFT p50 = submit to first token;
 - tok per CPU-s = output tokens / CPU seconds the process spent on the cell: on a shared machine, what a cell
   costs the engine is steadier than its wall time.
@@ -132,10 +133,12 @@ def main(argv: list[str] | None = None) -> None:
         base = {f: statistics.median(c[f] for c in cells[(name, "separate prefill")]) for f in figures}
         for mode in MODES:
             med = {f: statistics.median(c[f] for c in cells[(name, mode)]) for f in figures}
-            mixed_share = stats[(name, mode)]["total_mixed_forwards"] / max(1, stats[(name, mode)]["total_forwards"])
+            st = stats[(name, mode)]
+            mixed_share = st["total_mixed_forwards"] / max(1, st["total_forwards"])
+            stalls = st["total_stall_forwards"] / st["num_finished"]
             rows.append([name, mode, *(med[f] for f in figures), med["aggregate tok/s"] / base["aggregate tok/s"],
                          med["tok per CPU-s"] / base["tok per CPU-s"], med["step gap p99 ms"] / base["step gap p99 ms"],
-                         f"{mixed_share:.0%}"])
+                         f"{mixed_share:.0%}", stalls])
     mean_prompt = statistics.mean(len(p) for p in prompts)
     report = [
         f"# Mixed prefill under refills\n\nPair: `{args.target}` + `{args.draft}` ({source}). Threads: {args.threads}. "
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
         f"[{args.new_tokens // 2}, {args.new_tokens * 3 // 2}]. --chunked-prefill-size {args.chunked_prefill_size}. "
         f"Repeats: {args.repeats} (median). Engine driven in-process.",
         md_table(["setting", "prefill", *figures, "aggregate vs separate", "CPU-s efficiency vs separate",
-                  "p99 gap vs separate", "mixed forwards"], rows),
+                  "p99 gap vs separate", "mixed forwards", "stalling prefill forwards per request"], rows),
     ]
     text = "\n\n".join(report) + "\n"
     print(text)

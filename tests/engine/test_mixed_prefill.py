@@ -69,6 +69,7 @@ def test_chunked_prefill_is_lossless(algorithm, mixed, smoke_pair, workload, bas
     # every prompt token prefilled exactly once, in chunks of at most CHUNK (no padding, no re-prefill)
     assert stats["total_prefill_tokens"] == sum(len(p) for p, _ in workload)
     assert (stats["total_mixed_forwards"] > 0) == mixed
+    assert (stats["total_stall_forwards"] == 0) == mixed  # mixing: no prefill forward makes running ones wait
 
 
 @pytest.mark.parametrize("algorithm", ["none", "STANDALONE"])

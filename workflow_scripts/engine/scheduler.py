@@ -168,7 +168,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
-                        "forwards": 0, "mixed_forwards": 0, "prefill_tokens": 0}
+                        "forwards": 0, "mixed_forwards": 0, "stall_forwards": 0, "prefill_tokens": 0}
 
     # ---- public, thread-safe -------------------------------------------------------------
     def start(self) -> None:
@@ -245,6 +245,7 @@ class Engine:
             "total_prefill_tokens": t["prefill_tokens"],
             "total_forwards": t["forwards"],
             "total_mixed_forwards": t["mixed_forwards"],
+            "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
             "num_finished": t["finished"],
         }
 
@@ -430,6 +431,7 @@ class Engine:
         with self._lock:
             self._totals["forwards"] += 1
             self._totals["mixed_forwards"] += bool(seqs and rows)
+            self._totals["stall_forwards"] += bool(rows and not seqs and self._running)
             self._totals["prefill_tokens"] += sum(r.length for r in rows)
         if seqs:
             if proposal is None:
