@@ -1,5 +1,5 @@
 # Analysis and report: tables, plots, summary and study metadata from results/{study}/requests/*.parquet.
-# Needs from common.smk: config (validated), STUDY, RESULTS, SETTINGS, ENGINE.
+# Needs from common.smk: config (validated), STUDY, RESULTS, ENGINE, COVERAGE and COHORT_BY_ID (the cohorts).
 # Code: workflow_scripts/analysis/ (file lists and report() flags in rule_items.py).
 import functools
 import json
@@ -7,6 +7,7 @@ import os
 
 from workflow_scripts.analysis import rule_items
 from workflow_scripts.code_version import source_digest
+from workflow_scripts.redaction import redact_config
 
 # `rule all` asks for these (common.smk's all_outputs)
 analysis_outputs = functools.partial(rule_items.all_outputs, RESULTS)
@@ -17,12 +18,18 @@ ANALYSIS_CODE = source_digest("analysis")
 
 rule analysis_tables:
     input:
-        requests=expand(f"{RESULTS}/requests/{{setting}}.parquet", setting=SETTINGS),
+        # every setting's records, and the A/A twin's (rules/benchmark.smk)
+        requests=expand(
+            f"{RESULTS}/requests/{{setting}}.parquet", setting=list(COVERAGE)
+        ),
+        meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
         external=[ext["path"] for ext in config["analysis"]["external"]],
     output:
         **rule_items.table_outputs(RESULTS),
     log:
         f"{RESULTS}/logs/analysis/analysis_tables.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/analysis_tables.tsv"
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -36,7 +43,7 @@ rule analysis_tables:
         out_dir=lambda wildcards, output: os.path.dirname(output.summary_csv),
     shell:
         "python -m workflow_scripts.analysis.tables --config-json {params.cfg:q}"
-        " --requests {input.requests:q} --out-dir {params.out_dir:q} > {log} 2>&1"
+        " --requests {input.requests:q} --cohort-meta {input.meta:q} --out-dir {params.out_dir:q} > {log} 2>&1"
 
 
 rule analysis_plots:
@@ -44,10 +51,14 @@ rule analysis_plots:
         summary=f"{RESULTS}/tables/summary.csv",
         improvement=f"{RESULTS}/tables/improvement.csv",
         quantiles=f"{RESULTS}/tables/latency_quantiles.csv",
+        by_position=f"{RESULTS}/tables/acceptance_by_position.csv",
+        cost_predictions=f"{RESULTS}/tables/cost_model_predictions.csv",
     output:
         **rule_items.plot_outputs(RESULTS),
     log:
         f"{RESULTS}/logs/analysis/analysis_plots.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/analysis_plots.tsv"
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -72,10 +83,17 @@ rule analysis_summary:
         recommendation=f"{RESULTS}/tables/recommendation.csv",
         lossless=f"{RESULTS}/tables/lossless.csv",
         article_md=f"{RESULTS}/tables/article_tables.md",
+        aa=f"{RESULTS}/tables/aa.csv",
+        floor=f"{RESULTS}/tables/noise_floor.json",
+        precision=f"{RESULTS}/tables/precision.csv",
+        meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
+        cost_model_md=f"{RESULTS}/tables/cost_model.md",
     output:
         **rule_items.summary_outputs(RESULTS),
     log:
         f"{RESULTS}/logs/analysis/analysis_summary.log",
+    benchmark:
+        f"{RESULTS}/benchmarks/analysis_summary.tsv"
     conda:
         "../envs/analysis.yaml"
     threads: 1
@@ -91,7 +109,8 @@ rule analysis_summary:
     shell:
         # the article-style tables go to the log and to the terminal
         "python -m workflow_scripts.analysis.summary --config-json {params.cfg:q} --study {params.study:q}"
-        " --tables-dir {params.tables_dir:q} --out {output.md:q} --html {output.html:q} 2>&1 | tee {log}"
+        " --tables-dir {params.tables_dir:q} --cohort-meta {input.meta:q}"
+        " --out {output.md:q} --html {output.html:q} 2>&1 | tee {log}"
 
 
 rule study_metadata:
@@ -113,10 +132,13 @@ rule study_metadata:
         gpu=0,
     params:
         code=ANALYSIS_CODE,
-        cfg=json.dumps(config, sort_keys=True, default=str),
+        # params are shown in the report: no server.env values there either
+        cfg=json.dumps(redact_config(config), sort_keys=True, default=str),
+        phases=f"{RESULTS}/benchmarks",
         build_info=lambda wildcards, input: (
             f"--build-info {input.model}/build_info.json" if input.model else ""
         ),
     shell:
         "python -m workflow_scripts.analysis.metadata --config-json {params.cfg:q} {params.build_info}"
+        " --phases-dir {params.phases:q}"
         " --out-json {output.json:q} --out-html {output.html:q} > {log} 2>&1"

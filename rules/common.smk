@@ -3,7 +3,8 @@ from pathlib import Path
 
 from snakemake.utils import validate
 
-from workflow_scripts.client.plan import plan_json, setting_workloads
+from workflow_scripts.client.cohorts import coverage, plan_cohorts, twin_name
+from workflow_scripts.client.plan import setting_workloads
 from workflow_scripts.config_errors import schema_error
 from workflow_scripts.launcher.command import SettingError, check_setting
 
@@ -37,6 +38,18 @@ def check_config(config):
         )
     if config["engine"] == "sglang" and not config["sglang"]["model_path"]:
         raise WorkflowError("sglang.model_path: required when engine is sglang")
+    bench = config["benchmark"]
+    if bench["max_repeats"] < bench["repeats"]:
+        raise WorkflowError(
+            f"benchmark.max_repeats: {bench['max_repeats']} is below benchmark.repeats ({bench['repeats']}),"
+            " the minimum number of rounds"
+        )
+    twin = twin_name(config["analysis"]["baseline"])
+    if bench["aa_control"] and twin in config["settings"]:
+        raise WorkflowError(
+            f"settings.{twin}: the name is taken by the A/A twin of analysis.baseline; rename the setting"
+            " or set benchmark.aa_control: false"
+        )
 
 
 check_config(config)
@@ -44,7 +57,6 @@ check_config(config)
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
 ENGINE = config["engine"]
-SETTINGS = list(config["settings"])
 LOGS = f"{RESULTS}/logs"
 
 
@@ -61,19 +73,35 @@ def draft_model():
     return config["sglang"]["draft_path"]
 
 
+# The cohorts of this run (workflow_scripts/client/cohorts.py): planned from the config and the cells cache.
+try:
+    COHORTS = plan_cohorts(config, Path(RESULTS, "cells"))
+except ValueError as err:
+    raise WorkflowError(str(err))
+COHORT_BY_ID = {cohort.id: cohort for cohort in COHORTS}
+# member name -> the (cohort, workload, concurrency) cells its requests file holds
+COVERAGE = coverage(config, COHORTS)
+
+
 def benchmark_inputs(wildcards):
     """The built pair on the embedded engine (a user's SGLang checkpoint is not tracked), and the installed MoE
-    configs for a `moe_config: tuned` setting."""
+    configs when a member of the cohort runs `moe_config: tuned`."""
     inputs = {}
     if ENGINE == "embedded":
         inputs.update(target=target_model(), draft=draft_model())
-    if config["settings"][wildcards.setting]["moe_config"] == "tuned":
+    members = COHORT_BY_ID[wildcards.cohort].members.values()
+    if any(member["args"].get("moe_config") == "tuned" for member in members):
         inputs["moe"] = f"{RESULTS}/moe/installed.json"
     return inputs
 
 
+def cohort_mem_mb(wildcards):
+    """Memory of a cohort job: the client plus every server it may hold at once (~1 GB each on the embedded pair)."""
+    return 2000 + 1000 * len(COHORT_BY_ID[wildcards.cohort].members)
+
+
 def benchmark_model_args(wildcards, input):
-    """--target/--draft/--moe-installed of workflow_scripts.client.run_setting."""
+    """--target/--draft/--moe-installed of workflow_scripts.client.run_cohort."""
     target = input.target if "target" in input.keys() else target_model()
     draft = input.draft if "draft" in input.keys() else draft_model()
     args = f"--target {shlex.quote(target)}"

@@ -8,6 +8,8 @@ if ENGINE == "embedded":
             draft=directory(f"{RESULTS}/models/draft"),
         log:
             f"{LOGS}/build_models.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/build_models.tsv"
         conda:
             "../envs/engine.yaml"
         # the build trains on one thread (bitwise-reproducible weights; two threads spin on a loaded machine)

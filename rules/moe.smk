@@ -69,6 +69,8 @@ if MOE_CFG["tune"]:
             f"{MOE}/shards/{{shard}}.json",
         log:
             f"{LOGS}/moe/tune_shard_{{shard}}.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/moe_tune_shard_{{shard}}.tsv"
         wildcard_constraints:
             shard=r"\d+",
         conda:
@@ -188,7 +190,7 @@ if MOE_PAIRS:
 
     rule moe_ab:
         input:
-            summary=f"{RESULTS}/tables/summary.csv",
+            improvement=f"{RESULTS}/tables/improvement.csv",
             roofline=f"{MOE}/roofline.csv",
         output:
             csv=f"{MOE}/ab_vs_roofline.csv",
@@ -210,5 +212,5 @@ if MOE_PAIRS:
         params:
             pairs=" ".join(f"--pair {t}:{d}:{k}" for t, d, k in MOE_PAIRS),
         shell:
-            "python -m workflow_scripts.moe.ab --summary {input.summary:q} --roofline {input.roofline:q}"
+            "python -m workflow_scripts.moe.ab --improvement {input.improvement:q} --roofline {input.roofline:q}"
             " {params.pairs} --out {output.csv:q} --plot {output.svg:q} > {log} 2>&1"

@@ -4,15 +4,42 @@
 from workflow_scripts.scaleout import checks as profile_checks
 
 
-def setting_gpus(setting):
-    """GPUs of one setting's server: its tensor-parallel size on SGLang, none on the embedded engine."""
-    return profile_checks.setting_gpus(
-        setting, config["settings"][setting], ENGINE, config["sglang"]["tp_size"]
-    )
+def cohort_schedule_gpus(cohort):
+    """GPUs of a cohort job: every member's at once when its servers run side by side (interleaved), else the
+    largest member's (blocked or sequential: one server at a time). An interleaved SGLang cohort that needs more
+    GPUs than sglang.node_gpus is refused here, before any job."""
+    per_member = [
+        setting_gpus_of(name, member["args"]) for name, member in cohort.members.items()
+    ]
+    together = sum(per_member)
+    schedule = cohort.schedule
+    node = config["sglang"]["node_gpus"]
+    if (
+        ENGINE == "sglang"
+        and schedule == "interleaved"
+        and (node is None or together > node)
+    ):
+        raise WorkflowError(
+            f"benchmark.schedule: interleaved runs every setting's server at once; {len(per_member)} SGLang servers"
+            f" need {together} GPUs but sglang.node_gpus is {node}. Use schedule blocked (or auto), or set"
+            " sglang.node_gpus to the GPUs of one node"
+        )
+    if schedule == "interleaved" or (
+        schedule == "auto"
+        and ENGINE == "sglang"
+        and node is not None
+        and together <= node
+    ):
+        return together
+    return max(per_member)
 
 
-def benchmark_gpus(wildcards):
-    return setting_gpus(wildcards.setting)
+def setting_gpus_of(name, args):
+    return profile_checks.setting_gpus(name, args, ENGINE, config["sglang"]["tp_size"])
+
+
+def cohort_gpus(wildcards):
+    return cohort_schedule_gpus(COHORT_BY_ID[wildcards.cohort])
 
 
 # one GPU per tuning shard on SGLang; the embedded engine tunes on CPUs
@@ -46,7 +73,8 @@ def check_cluster_profile():
     try:
         needs = {
             "benchmark": {
-                f"setting {name!r}": setting_gpus(name) for name in config["settings"]
+                f"cohort {cohort.id!r}": cohort_schedule_gpus(cohort)
+                for cohort in COHORTS
             },
             "moe_tune_shard": {"a tuning shard": TUNE_SHARD_GPUS},
         }

@@ -13,21 +13,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA = pa.schema([
-    ("setting", pa.string()), ("workload", pa.string()), ("concurrency", pa.int64()), ("repeat", pa.int64()),
-    ("request_id", pa.string()), ("prompt_id", pa.int64()), ("warmup", pa.bool_()), ("temperature", pa.float64()),
-    ("send_ts", pa.float64()), ("first_token_ts", pa.float64()), ("chunk_ts", pa.list_(pa.float64())),
-    ("chunk_tokens", pa.list_(pa.int64())), ("end_ts", pa.float64()), ("ttft_s", pa.float64()),
-    ("e2e_s", pa.float64()), ("prompt_tokens", pa.int64()), ("output_tokens", pa.int64()),
-    ("finish_reason", pa.string()), ("spec_verify_ct", pa.int64()), ("accept_length", pa.float64()),
-    ("output_ids", pa.list_(pa.int64())), ("text_hash", pa.string()), ("error", pa.string()),
-])
+from workflow_scripts.client.records import RECORD_SCHEMA
+
+SCHEMA = RECORD_SCHEMA
+COHORT = "cohort-test"
 
 
 def cell(setting: str, workload: str, concurrency: int, repeat: int, *, n: int = 8, tok_s: float | list[float] = 100.0,
          ttft_s: float = 0.05, tokens: int = 16, tokens_per_chunk: int = 1, temperature: float = 0.0,
          error: str | None = None, warmup: int = 1, output_ids=None, finish_reason: str = "length",
-         t0: float = 1000.0) -> list[dict]:
+         t0: float = 1000.0, cohort: str = COHORT) -> list[dict]:
     """Rows of one cell: ``warmup`` warm-up requests then ``n`` measured ones (all errored if ``error``)."""
     speeds = np.broadcast_to(np.asarray(tok_s, dtype="float64"), (n + warmup,))
     lanes = [t0] * concurrency
@@ -47,7 +42,7 @@ def cell(setting: str, workload: str, concurrency: int, repeat: int, *, n: int =
         ok = error is None
         rows.append({
             "setting": setting, "workload": workload, "concurrency": concurrency, "repeat": repeat,
-            "request_id": f"{setting}-{workload}-{concurrency}-{repeat}-{i}", "prompt_id": prompt_id,
+            "cohort": cohort, "request_id": f"{setting}-{workload}-{concurrency}-{repeat}-{i}", "prompt_id": prompt_id,
             "warmup": i < warmup, "temperature": temperature, "send_ts": send,
             "first_token_ts": first if ok else None, "chunk_ts": chunk_ts if ok else [],
             "chunk_tokens": [tokens_per_chunk] * n_chunks if ok else [], "end_ts": end,

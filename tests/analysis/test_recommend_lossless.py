@@ -5,10 +5,16 @@ from __future__ import annotations
 import pytest
 
 from tests.analysis.request_data import cell, frame
+import math
+
+import pandas as pd
+
+from workflow_scripts.analysis.improvement import improvements
 from workflow_scripts.analysis.lossless import lossless_table
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.analysis.recommend import recommend, score_table
 from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.summarize import improvement_values
 
 
 def _cfg(**analysis) -> StudyConfig:
@@ -26,7 +32,10 @@ def _recommend(rows, cfg):
     df = add_request_metrics(frame(rows))
     cells = cell_table(df)
     scores = score_table(df, cells, cfg)
-    return recommend(scores, cfg), scores
+    external = pd.DataFrame(columns=["source", "setting", "workload", "concurrency", "per_request_tok_s",
+                                     "aggregate_tok_s"])
+    improvement = improvements(improvement_values(cells, external), cfg.comparisons(), math.nan)
+    return recommend(scores, cfg, improvement), scores
 
 
 def _pick(rec, band="low", metric="per_request_tok_s"):
@@ -43,6 +52,18 @@ def test_steady_setting_beats_an_erratic_one_with_a_higher_median():
     s1 = scores[(scores["setting"] == "steps1") & (scores["metric"] == "per_request_tok_s")].iloc[0]
     assert s1["median"] == pytest.approx(120.0) and s1["score"] < 110.0
     assert _pick(rec)["score_vs_baseline"] == pytest.approx(1.1)
+
+
+def test_the_verdict_says_whether_the_pick_beats_the_baseline_beyond_noise():
+    rows = []
+    for r, gain in enumerate([1.20, 1.22, 1.21]):
+        rows += cell("baseline", "synthetic", 1, r, n=6, tok_s=100.0) + cell("steps1", "synthetic", 1, r, n=6,
+                                                                             tok_s=100.0 * gain)
+    rec, _ = _recommend(rows, _cfg())
+    assert _pick(rec)["recommended"] == "steps1" and _pick(rec)["verdict"] == "real"
+    one_round = [row for row in rows if row["repeat"] == 0]
+    rec, _ = _recommend(one_round, _cfg())
+    assert _pick(rec)["recommended"] == "steps1" and _pick(rec)["verdict"] == "within noise"  # no CI from one round
 
 
 def test_tie_within_tolerance_goes_to_fewer_steps_and_errored_is_never_recommended():

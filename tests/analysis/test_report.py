@@ -7,16 +7,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 
 from tests.analysis.request_data import cell, study_rows, write_parquet
 from workflow_scripts.analysis.browser_check import BrowserCheckError, check_report
+from workflow_scripts.analysis.rule_items import PLOT_NAMES
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.tables import build
+from workflow_scripts.redaction import REDACTED
 
 REPO = Path(__file__).resolve().parents[2]
 SPEC = {"speculative_algorithm": "STANDALONE", "speculative_eagle_topk": 1}
@@ -29,6 +33,7 @@ CONFIG = {
                  "bands": {"low": [1], "mid": [4]}, "tie_tolerance": 0.01,
                  "external": [{"path": str(REPO / "tests/data/article.csv"), "label": "article"}]},
 }
+SECRET = "hf_tok3n-that-must-never-be-published"
 SPEEDUPS = {"baseline": {"synthetic": 1.0, "realistic": 1.0}, "steps1": {"synthetic": 1.5, "realistic": 1.1},
             "steps2": {"synthetic": 1.8, "realistic": 1.05}}
 
@@ -94,12 +99,16 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
     build_info = {"preset": "smoke", "seed": 0, "params": 1234}
     (results / "models" / "target").mkdir(parents=True)
     (results / "models" / "target" / "build_info.json").write_text(json.dumps(build_info))
-    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "study": "e2e", "engine": "embedded"}))
+    (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "study": "e2e", "engine": "embedded",
+                                                      "benchmark": {"aa_control": False, "precision_pct": 3},
+                                                      "server": {"env": {"HF_TOKEN": SECRET, "OMP_PROC_BIND": "1"}}}))
     (tmp_path / "Snakefile").write_text(
         # what rules/common.smk provides, for a workflow that only has the analysis
         'configfile: "config.json"\n'
-        'STUDY = config["study"]\nRESULTS = f"results/{STUDY}"\nSETTINGS = list(config["settings"])\n'
-        'ENGINE = config["engine"]\n\n'
+        'STUDY = config["study"]\nRESULTS = f"results/{STUDY}"\n'
+        'ENGINE = config["engine"]\n'
+        # the requests files are given; no cohort meta, no A/A twin
+        'COVERAGE = {name: [] for name in config["settings"]}\nCOHORT_BY_ID = {}\n\n'
         f'report: "{REPO}/report/workflow.rst"\n'
         f'include: "{REPO}/rules/analysis.smk"\n\n'
         "rule all:\n    input: analysis_outputs()\n")
@@ -111,10 +120,31 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
     meta = json.loads((results / "metadata" / "study.json").read_text())
     assert meta["packages"]["pandas"] and meta["hardware"]["logical_cores"] >= 1 and meta["git"]["commit"]
     assert meta["model_build_info"] == build_info and meta["config"]["study"] == "e2e"
+    assert meta["config"]["server"]["env"] == {"HF_TOKEN": REDACTED, "OMP_PROC_BIND": REDACTED}  # keys only
     assert "cell(s) have no successful request" in (results / "summary.md").read_text()
+    # records without spec_correct_drafts_histogram and an external CSV without accept_length: the cost model says
+    # why it is skipped, in one line each, and the analysis goes on
+    summary_md = (results / "summary.md").read_text()
+    assert "- Cost model, measured: skipped: no usable spec_correct_drafts_histogram" in summary_md
+    assert "- Cost model, article: skipped: no accept_length column, so no acceptance to fit." in summary_md
     snakemake(tmp_path, "--report", str(results / "report.html"))
     assert "Start with" in (results / "report.html").read_text()  # the landing page text
     snakemake(tmp_path, "--report", str(results / "report.zip"))
+    _assert_secret_unpublished(results, SECRET)
     for report in ("report.html", "report.zip"):
         checked = check_report(results / report, timeout=60)
-        assert len(checked) == 10 and all(r.marks > 0 for r in checked), report
+        assert len(checked) == 2 * len(PLOT_NAMES) and all(r.marks > 0 for r in checked), report
+
+
+def _assert_secret_unpublished(results: Path, secret: str) -> None:
+    """The token is in the config file but in nothing published: not in any file under results/ (metadata, summary,
+    tables, logs, report.html), nor in any member of report.zip."""
+    published = {p: p.read_bytes() for p in results.rglob("*") if p.is_file() and p.suffix != ".zip"}
+    with zipfile.ZipFile(results / "report.zip") as archive:
+        published |= {Path("report.zip", n): archive.read(n) for n in archive.namelist()}
+    assert len(published) > 20
+    leaked = [str(p) for p, data in published.items() if secret.encode() in data]
+    assert not leaked, f"server.env value published in {leaked}"
+    # the metadata job's params, shown in the report, keep the key
+    report = (results / "report.html").read_text()
+    assert re.search(rf'HF_TOKEN[\\"]*: [\\"]*{REDACTED}', report)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from workflow_scripts.client.cell import CellPlan, run_cell
-from workflow_scripts.client.prompts import build_prompts, definition_head, load_tokenizer
+from workflow_scripts.client.prompts import Prompt, build_prompts, definition_head, load_tokenizer
 from workflow_scripts.launcher.command import ServerSpec, build_command
 from workflow_scripts.launcher.process import ServerProcess, free_port
 
@@ -39,7 +39,7 @@ def max_overlap(records) -> int:
     return peak
 
 
-@pytest.mark.parametrize("api", ["generate", "openai"])
+@pytest.mark.parametrize("api", ["generate", "openai", "chat"])
 def test_cell_holds_exactly_c_in_flight_and_records_everything(server, smoke_pair, api):
     prompts = build_prompts(SYNTHETIC, smoke_pair[0])
     plan = CellPlan(concurrency=4, warmup=4, measured=8, api=api)
@@ -55,6 +55,10 @@ def test_cell_holds_exactly_c_in_flight_and_records_everything(server, smoke_pai
         for rec in result.records:
             assert rec.spec_verify_ct and rec.accept_length and rec.accept_length >= 1
             assert sum(rec.chunk_tokens) == 10 and len(rec.output_ids) == 10
+            histogram = rec.spec_correct_drafts_histogram
+            assert sum(histogram) == rec.spec_verify_ct and len(histogram) <= 3  # steps 2: 0..2 correct drafts
+            assert sum(i * n for i, n in enumerate(histogram)) == rec.spec_num_correct_drafts
+            assert rec.spec_num_proposed_drafts == 2 * rec.spec_verify_ct
     assert 0 < result.client_cpu_s < result.wall_s
 
 
@@ -66,6 +70,24 @@ def test_same_prompt_same_greedy_output_on_both_apis(server, smoke_pair):
     openai = run_cell(server.base_url, CellPlan(1, 0, 2, api="openai"), prompts, PARAMS, "o").records
     for a, b in zip(native, openai):
         assert a.prompt_id == b.prompt_id
+        assert tokenizer.decode(a.output_ids) == b.text
+
+
+def test_chat_sends_the_prompt_text_through_the_chat_template(server, smoke_pair):
+    """api chat: the same greedy output as /generate given the chat-templated prompt ids."""
+    from transformers import AutoTokenizer
+
+    prompts = build_prompts(REALISTIC, smoke_pair[0])[:2] + build_prompts(SYNTHETIC, smoke_pair[0])[:1]
+    chat = run_cell(server.base_url, CellPlan(1, 0, 3, api="chat"), prompts, PARAMS, "c").records
+    hf = AutoTokenizer.from_pretrained(smoke_pair[0])
+    templated = [Prompt(p.prompt_id, input_ids=hf.apply_chat_template(
+        [{"role": "user", "content": p.text}], add_generation_prompt=True, tokenize=True, return_dict=True,
+    )["input_ids"]) for p in prompts]
+    native = run_cell(server.base_url, CellPlan(1, 0, 3), templated, PARAMS, "n").records
+    tokenizer = load_tokenizer(smoke_pair[0])
+    for a, b, p in zip(native, chat, templated):
+        assert b.error is None and b.finish_reason == "length" and b.output_tokens == 10
+        assert b.prompt_tokens == len(p.input_ids)
         assert tokenizer.decode(a.output_ids) == b.text
 
 

@@ -6,7 +6,8 @@ import sys
 
 import pytest
 
-from workflow_scripts.launcher.command import ServerSpec, SettingError, build_command, check_setting
+from workflow_scripts.launcher.command import ServerSpec, SettingError, build_command, check_setting, server_api_key
+from workflow_scripts.launcher.process import shown_command
 
 STEPS2 = {
     "speculative_algorithm": "STANDALONE",
@@ -79,3 +80,25 @@ def test_check_setting_names_the_setting_and_key(setting, message):
 def test_check_setting_accepts_algorithm_alone_and_topk_above_one():
     check_setting("a", {"speculative_algorithm": "NGRAM"})
     check_setting("b", dict(STEPS2, speculative_eagle_topk=4, speculative_num_draft_tokens=8))
+
+
+def test_streaming_metrics_and_api_key_flags():
+    spec = ServerSpec("embedded", "/m/target", None, "0.0.0.0", 8, 0, incremental_streaming=True,
+                      api_key="k3y")  # fmt: skip
+    argv = build_command(spec, {}, port=1)
+    assert "--incremental-streaming-output" in argv and "--enable-metrics" in argv
+    assert argv[argv.index("--api-key") + 1] == "k3y"
+    plain = build_command(ServerSpec("sglang", "/ckpt", None, "127.0.0.1", 8, 0), {}, port=1)
+    assert "--enable-metrics" in plain  # SGLang's own flag: its /metrics is scraped the same way
+    assert "--incremental-streaming-output" not in plain and "--api-key" not in plain
+
+
+def test_api_key_only_beyond_loopback():
+    assert server_api_key("127.0.0.1") is None
+    first, second = server_api_key("0.0.0.0"), server_api_key("10.1.2.3")
+    assert first and second and first != second and len(first) >= 24
+
+
+def test_logged_command_hides_the_api_key():
+    shown = shown_command(["python", "-m", "x", "--api-key", "s3cret", "--port", "1"])
+    assert "s3cret" not in shown and "--api-key <redacted> --port 1" in shown

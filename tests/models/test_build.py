@@ -11,7 +11,7 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from workflow_scripts.models.tokenizer import EOS_TOKEN
+from workflow_scripts.models.tokenizer import EOS_TOKEN, IM_END, IM_START
 
 
 def _info(model_dir: Path) -> dict:
@@ -38,6 +38,24 @@ def test_pair_loads_with_transformers_and_shares_one_tokenizer(smoke_pair):
     assert tok.decode(ids[0]) == text  # byte-level: exact round trip
     with torch.no_grad():
         assert target(ids).logits.shape == draft(ids).logits.shape == (1, ids.shape[1], len(tok))
+
+
+def test_chat_template_renders_chatml_with_one_id_per_marker(smoke_pair):
+    """transformers' apply_chat_template (what SGLang calls for /v1/chat/completions) works on the built pair."""
+    target_dir, draft_dir = smoke_pair
+    configs = [json.loads((d / "tokenizer_config.json").read_text()) for d in (target_dir, draft_dir)]
+    assert configs[0]["chat_template"] == configs[1]["chat_template"]  # in the file every transformers reads
+    tok = AutoTokenizer.from_pretrained(target_dir)
+    messages = [{"role": "system", "content": "Answer in code."}, {"role": "user", "content": "def add(a, b):"}]
+    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    assert text == ("<|im_start|>system\nAnswer in code.<|im_end|>\n<|im_start|>user\ndef add(a, b):<|im_end|>\n"
+                    "<|im_start|>assistant\n")
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    start, end = tok.convert_tokens_to_ids([IM_START, IM_END])
+    assert {start, end}.isdisjoint({tok.eos_token_id, tok.pad_token_id}) and max(start, end) < len(tok)
+    assert ids.count(start) == 3 and ids.count(end) == 2 and ids[0] == start  # single ids, never split into bytes
+    assert tok.decode(ids, skip_special_tokens=True) == "system\nAnswer in code.\nuser\ndef add(a, b):\nassistant\n"
+    assert tok.eos_token == EOS_TOKEN  # as Qwen's base models: the chat markers do not change EOS
 
 
 def test_legacy_config_keys_agree_with_transformers_view(smoke_pair):

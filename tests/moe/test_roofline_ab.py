@@ -75,42 +75,47 @@ def test_pairs_come_from_settings_that_differ_only_in_moe_config():
     assert moe_pairs(settings) == [("baseline", "baseline_moe_default", 1), ("steps2", "steps2_default", 3)]
 
 
-def _summary(rows):
-    cols = ["source", "setting", "workload", "concurrency", "aggregate_tok_s_median", "aggregate_tok_s_ci_low",
-            "aggregate_tok_s_ci_high"]
-    return pd.DataFrame(rows, columns=cols)
+def _improvement(rows):
+    """moe_ab rows of tables/improvement.csv: (source, tuned, default, workload, C, tuned, default tok/s, %, CI, verdict)."""
+    out = []
+    for source, tuned, default, workload, c, t, d, pct, low, high, verdict in rows:
+        out.append({"source": source, "kind": "moe_ab", "baseline": default, "candidate": tuned, "workload": workload,
+                    "concurrency": c, "metric": "aggregate_tok_s", "baseline_value": d, "candidate_value": t,
+                    "improvement_pct": pct, "ci_low_pct": low, "ci_high_pct": high, "verdict": verdict})
+    return pd.DataFrame(out, columns=["source", "kind", "baseline", "candidate", "workload", "concurrency", "metric",
+                                      "baseline_value", "candidate_value", "improvement_pct", "ci_low_pct",
+                                      "ci_high_pct", "verdict"])
 
 
 def test_ab_table_ratio_interval_and_agreement(qwen35, tmp_path):
     device = resolve_device("sglang", qwen35, RTX, None, None)
     roofline = roofline_table(qwen35, device, [1, 64])
-    summary = _summary([
-        ("measured", "baseline", "synthetic", 1, 100.0, 95.0, 105.0),
-        ("measured", "baseline_moe_default", "synthetic", 1, 100.0, 96.0, 104.0),
-        ("measured", "baseline", "synthetic", 64, 1200.0, 1180.0, 1220.0),
-        ("measured", "baseline_moe_default", "synthetic", 64, 1000.0, 990.0, 1010.0),
-        ("article", "baseline", "synthetic", 1, 5.0, 5.0, 5.0),
+    improvement = _improvement([
+        ("measured", "baseline", "baseline_moe_default", "synthetic", 1, 100.0, 100.0, 0.0, -4.0, 5.0, "within noise"),
+        ("measured", "baseline", "baseline_moe_default", "synthetic", 64, 1200.0, 1000.0, 20.0, 17.0, 23.0, "real"),
+        ("article", "baseline", "baseline_moe_default", "synthetic", 1, 5.0, 5.0, 0.0, None, None, "within noise"),
     ])
-    table = ab_table(summary, roofline, [("baseline", "baseline_moe_default", 1)])
+    table = ab_table(improvement, roofline, [("baseline", "baseline_moe_default", 1)])
     assert list(table.concurrency) == [1, 64]
     first, second = table.iloc[0], table.iloc[1]
     assert first.ratio == pytest.approx(1.0)
-    assert (first.ratio_ci_low, first.ratio_ci_high) == pytest.approx((95 / 104, 105 / 96))
+    assert (first.ratio_ci_low, first.ratio_ci_high) == pytest.approx((0.96, 1.05))
     assert first.measured == "no measurable difference" and first.predicted == MEMORY_BOUND and first.agrees
     assert second.measured == "tuned faster" and not second.agrees  # memory-bound predicted, a win measured
     fast_memory = resolve_device("sglang", qwen35, "made-up GPU", 1.0, 4000.0)  # ridge 0.25: all compute-bound
-    compute = ab_table(summary, roofline_table(qwen35, fast_memory, [1]), [("baseline", "baseline_moe_default", 1)])
+    compute = ab_table(improvement, roofline_table(qwen35, fast_memory, [1]), [("baseline", "baseline_moe_default", 1)])
     assert (compute.predicted == COMPUTE_BOUND).all() and compute.agrees.all()  # "can help": equal or faster
-    summary.to_csv(tmp_path / "summary.csv", index=False)
+    improvement.to_csv(tmp_path / "improvement.csv", index=False)
     roofline.to_csv(tmp_path / "roofline.csv", index=False)
-    ab_main(["--summary", str(tmp_path / "summary.csv"), "--roofline", str(tmp_path / "roofline.csv"),
+    ab_main(["--improvement", str(tmp_path / "improvement.csv"), "--roofline", str(tmp_path / "roofline.csv"),
              "--pair", "baseline:baseline_moe_default:1", "--out", str(tmp_path / "ab.csv"), "--plot", str(tmp_path / "ab.svg")])
     assert len(pd.read_csv(tmp_path / "ab.csv")) == 2 and (tmp_path / "ab.svg").stat().st_size > 0
 
 
-def test_ab_refuses_a_summary_without_the_columns(qwen35):
+def test_ab_refuses_an_improvement_table_without_the_columns(qwen35):
     roofline = roofline_table(qwen35, resolve_device("sglang", qwen35, RTX, None, None), [1])
-    with pytest.raises(ValueError, match=r"summary.csv: missing column\(s\) \['aggregate_tok_s_ci_low'"):
-        ab_table(_summary([]).drop(columns=["aggregate_tok_s_ci_low"]), roofline, [("a", "b", 1)])
-    with pytest.raises(ValueError, match="no measured rows for both settings"):
-        ab_table(_summary([("measured", "a", "w", 1, 1.0, 1.0, 1.0)]), roofline, [("a", "b", 1)])
+    with pytest.raises(ValueError, match=r"improvement.csv: missing column\(s\) \['verdict'\]"):
+        ab_table(_improvement([]).drop(columns=["verdict"]), roofline, [("a", "b", 1)])
+    with pytest.raises(ValueError, match="no measured moe_ab rows for any pair"):
+        ab_table(_improvement([("measured", "a", "c", "w", 1, 1.0, 1.0, 0.0, -1.0, 1.0, "within noise")]),
+                 roofline, [("a", "b", 1)])

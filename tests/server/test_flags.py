@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workflow_scripts.engine.server_args import parse_server_args
+from workflow_scripts.server.server_args import parse_server_args
 from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE
 
 
@@ -44,6 +44,11 @@ def broken_dirs(tmp_path_factory, tiny_models) -> dict[str, Path]:
 
 SPEC_CASES = {
     "unknown flag": (["--bogus-flag", "1"], "--bogus-flag"),
+    "stream interval 0": (["--stream-interval", "0"], "--stream-interval"),
+    "stream interval not int": (["--stream-interval", "often"], "--stream-interval"),
+    "empty api key": (["--api-key", ""], "--api-key"),
+    "metrics with a value": (["--enable-metrics=yes"], "--enable-metrics"),
+    "incremental with a value": (["--incremental-streaming-output=1"], "--incremental-streaming-output"),
     "bad int": (["--max-running-requests", "many"], "--max-running-requests"),
     "zero slots": (["--max-running-requests", "0"], "--max-running-requests"),
     "unknown algorithm": (["--speculative-algorithm", "EAGLE9"], "--speculative-algorithm"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from tokenizers import Tokenizer
 
-from workflow_scripts.engine.server_text import OutputText
+from workflow_scripts.server.server_text import OutputText
 
 
 @pytest.fixture(scope="module")
@@ -47,3 +47,18 @@ def test_no_stop_trim_keeps_the_earliest_stop(tokenizer):
     out = OutputText(_decoder(tokenizer), stop_strs=("b =", "\n"), no_stop_trim=True)
     assert out.extend(ids) == "\n"
     assert out.text(finished=True) == "a = 1\n"
+
+
+def test_a_possible_stop_string_is_held_back_so_the_text_only_grows(tokenizer):
+    text = "x = 1 # en d # end more"
+    ids = tokenizer.encode(text).ids
+    out = OutputText(_decoder(tokenizer), stop_strs=("# end",))
+    shown = []
+    for token in ids:
+        if out.extend([token]) is not None:
+            break
+        shown.append(out.text(finished=False))
+    final = out.text(finished=True)
+    assert final == "x = 1 # en d "
+    assert all(b.startswith(a) for a, b in zip([*shown, final], [*shown[1:], final]))
+    assert any(s.endswith("# en d ") for s in shown), "a tail that stopped matching is shown again"

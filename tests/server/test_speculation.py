@@ -26,12 +26,21 @@ def ngram_server(start_server, tiny_models):
 
 
 def _check_spec_meta(meta: dict, steps: int) -> None:
+    """SGLang's meaning: histogram[i] = verifies that accepted exactly i drafts (no bonus token), proposed = verifies
+    x (num_draft_tokens - 1), so the histogram sums to spec_verify_ct and its weighted sum is the correct drafts."""
     verify = meta["spec_verify_ct"]
     assert verify > 0
     assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / verify)
-    assert 0 <= meta["spec_accepted_drafts"] <= meta["spec_proposed_drafts"] <= verify * steps
-    assert 0.0 <= meta["spec_accept_rate"] <= 1.0
-    assert meta["spec_num_correct_drafts"] == meta["spec_accepted_drafts"]
+    histogram = meta["spec_correct_drafts_histogram"]
+    assert 1 <= len(histogram) <= steps + 1 and histogram[-1] > 0 and min(histogram) >= 0
+    assert sum(histogram) == verify
+    assert sum(i * n for i, n in enumerate(histogram)) == meta["spec_num_correct_drafts"]
+    assert meta["spec_num_proposed_drafts"] == verify * steps
+    assert meta["spec_accept_rate"] == pytest.approx(meta["spec_num_correct_drafts"] / (verify * steps))
+    # the prefill's token, then per verify its correct drafts + the bonus token (all of them unless the cap cut)
+    assert meta["completion_tokens"] <= 1 + meta["spec_num_correct_drafts"] + verify
+    assert (meta["spec_accepted_drafts"], meta["spec_proposed_drafts"], meta["spec_accept_histogram"]) == (
+        meta["spec_num_correct_drafts"], meta["spec_num_proposed_drafts"], histogram)
 
 
 def test_standalone_meta_info_and_lossless(standalone_server, plain_server):

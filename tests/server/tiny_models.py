@@ -14,7 +14,9 @@ import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-EOS = "<|endoftext|>"
+from workflow_scripts.models.tokenizer import EOS_TOKEN as EOS
+from workflow_scripts.models.tokenizer import SPECIAL_TOKENS, save_tokenizer
+
 # Long enough that a 2000-token request outlives a client that disconnects after its first chunk.
 MAX_POSITIONS = 4096
 
@@ -26,7 +28,7 @@ def _train_tokenizer(vocab_size: int) -> Tokenizer:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=[EOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
     )
     tok.train_from_iterator(text, trainer)
     return tok
@@ -34,7 +36,7 @@ def _train_tokenizer(vocab_size: int) -> Tokenizer:
 
 def _save(model: torch.nn.Module, tok: Tokenizer, out: Path) -> Path:
     model.save_pretrained(out, safe_serialization=True)
-    tok.save(str(out / "tokenizer.json"))
+    save_tokenizer(tok, out)  # tokenizer.json and tokenizer_config.json with the study's ChatML template
     return out
 
 

@@ -70,10 +70,18 @@ def test_every_rule_declares_gpu_mem_and_runtime(tmp_path):
             assert resources["gpu"] == "0", (rule, wildcards)  # the embedded engine runs on CPUs
 
 
-def test_sglang_jobs_ask_for_the_gpus_they_use(tmp_path):
-    out = dry_run(tmp_path, sglang_config(), "--cores", "2").stdout
-    gpus = {wc: res["gpu"] for wc, res in job_resources(out, "benchmark").items()}
-    assert gpus == {"setting=baseline": "2", "setting=steps2": "2", "setting=wide": "4"}
+@pytest.mark.parametrize("schedule, node_gpus, gpus", [
+    ("auto", None, "4"),  # one server at a time: the widest setting's 4 GPUs
+    ("blocked", 16, "4"),
+    ("auto", 16, "10"),  # every server at once: 2 + 2 + 4 + the twin's 2
+    ("interleaved", 10, "10"),
+])
+def test_sglang_cohorts_ask_for_the_gpus_they_use(tmp_path, schedule, node_gpus, gpus):
+    config = sglang_config()
+    config["sglang"]["node_gpus"] = node_gpus
+    config["benchmark"]["schedule"] = schedule
+    out = dry_run(tmp_path, config, "--cores", "2").stdout
+    assert [res["gpu"] for res in job_resources(out, "benchmark").values()] == [gpus]
     shards = job_resources(out, "moe_tune_shard")
     assert len(shards) == SMOKE["moe"]["shards"] and {res["gpu"] for res in shards.values()} == {"1"}
     assert {res["gpu"] for res in job_resources(out, "moe_merge").values()} == {"0"}
@@ -85,12 +93,12 @@ def test_sglang_jobs_ask_for_the_gpus_they_use(tmp_path):
         (
             "embedded",
             ["--set-resources", "benchmark:gpu=1"],
-            "set-resources benchmark: asks for 1 GPU(s), more than setting 'baseline' uses (0: the engine runs on CPUs)",
+            "set-resources benchmark: asks for 1 GPU(s), more than cohort '",
         ),
         (
             "sglang",
-            ["--set-resources", "benchmark:gpu=4"],
-            "set-resources benchmark: asks for 4 GPU(s), more than setting 'baseline' uses (2:",
+            ["--set-resources", "benchmark:gpu=8"],
+            "set-resources benchmark: asks for 8 GPU(s), more than cohort '",
         ),
         (
             "sglang",
@@ -100,7 +108,7 @@ def test_sglang_jobs_ask_for_the_gpus_they_use(tmp_path):
         (
             "sglang",
             ["--set-resources", "benchmark:gres='gpu:a100:8'", "benchmark:gpu=0"],
-            "set-resources benchmark: asks for 8 GPU(s), more than setting 'baseline' uses",
+            "set-resources benchmark: asks for 8 GPU(s), more than cohort '",
         ),
         (
             "sglang",
@@ -128,9 +136,9 @@ def test_bad_cluster_requests_are_refused_before_any_job(tmp_path, engine, args,
     "overrides, shown",
     [(["benchmark:gpu=2"], {"gpu": "2"}), (["benchmark:gres='gpu:h100:2'", "benchmark:gpu=0"], {"gres": "gpu:h100:2"})],
 )
-def test_a_request_that_matches_every_setting_passes(tmp_path, overrides, shown):
+def test_a_request_that_matches_every_cohort_passes(tmp_path, overrides, shown):
     config = sglang_config()
-    del config["settings"]["wide"]
+    del config["settings"]["wide"]  # one server at a time (no sglang.node_gpus): 2 GPUs
     out = dry_run(tmp_path, config, "--cores", "2", "--set-resources", *overrides).stdout
     for resources in job_resources(out, "benchmark").values():
         assert {key: resources.get(key) for key in shown} == shown

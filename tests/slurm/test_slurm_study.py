@@ -1,13 +1,15 @@
 """The smoke study through `--executor slurm` on a real one-node Slurm cluster (tests/slurm/conftest.py).
 
 One module-scoped study, shaped like a user's day: a run where one setting's server cannot start (a bad flag), which
-fails with a clear message while the other settings finish; then the flag is fixed and the rerun redoes only that
-setting's benchmark and the analysis. The results are compared with a local run of the same config.
+fails its cohort (the settings measured together in rounds) with a clear message; then the flag is fixed and the rerun
+measures the old cohort without that setting and a new cohort of it with a fresh control, and nothing else is rebuilt.
+The results are compared with a local run of the same config.
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import re
 import shutil
 import subprocess
@@ -21,7 +23,7 @@ import pytest
 import yaml
 
 from tests.slurm.site_profile import write_site_profile
-from tests.workflow.snakemake_run import REPO, snakemake
+from tests.workflow.snakemake_run import REPO, planned_cohorts, snakemake
 from workflow_scripts.client.plan import cell_sizes
 from workflow_scripts.scaleout.local_slurm import LocalSlurm
 
@@ -30,14 +32,14 @@ BAD_FLAG = "--no-such-flag"
 
 
 def study_config(broken: bool) -> dict:
-    """The smoke study cut to what a Slurm round trip needs to show: 3 settings, 1 workload, 2 concurrency levels,
-    1 repeat, the engine's default MoE config. `steps2` carries a flag its server refuses when `broken`."""
+    """The smoke study cut to what a Slurm round trip needs to show: 3 settings (and the baseline's twin), 1 workload,
+    2 concurrency levels, 1 round, the engine's default MoE config. `steps2` carries a flag its server refuses when `broken`."""
     config = copy.deepcopy(SMOKE)
     settings = {name: dict(config["settings"][name], moe_config="default") for name in ("baseline", "steps1", "steps2")}
     settings["steps2"]["extra_args"] = [BAD_FLAG] if broken else []
     config["settings"] = settings
     config["workloads"] = {"synthetic": config["workloads"]["synthetic"]}
-    config["benchmark"] = dict(config["benchmark"], repeats=1)
+    config["benchmark"] = dict(config["benchmark"], repeats=1, max_repeats=1)
     config["moe"] = dict(config["moe"], tune=False)
     return config
 
@@ -46,7 +48,7 @@ def study_config(broken: bool) -> dict:
 class SlurmStudy:
     workdir: Path
     failed: subprocess.CompletedProcess
-    requests_after_failure: dict[str, int]  # setting: mtime of its requests file
+    failed_cohort: str
     fixed: subprocess.CompletedProcess
     local: Path
 
@@ -90,10 +92,8 @@ def slurm_study(slurm_cluster: LocalSlurm, tmp_path_factory: pytest.TempPathFact
     workdir = tmp_path_factory.mktemp("slurm-study")
     profile = str(write_site_profile(workdir / "profile"))
     with on_cluster(slurm_cluster):
+        (failed_cohort,) = planned_cohorts(workdir, study_config(broken=True))
         failed = snakemake(workdir, study_config(broken=True), "--workflow-profile", profile, check=False, timeout=360)
-        requests_after_failure = {
-            p.stem: p.stat().st_mtime_ns for p in (results(workdir) / "requests").glob("*.parquet")
-        }
         # the same config on this machine, reusing the built model pair so that only the measurements are redone;
         # it runs beside the Slurm rerun, which mostly waits between its status checks
         local = tmp_path_factory.mktemp("local-study")
@@ -103,7 +103,11 @@ def slurm_study(slurm_cluster: LocalSlurm, tmp_path_factory: pytest.TempPathFact
             local_run = pool.submit(snakemake, local, study_config(broken=False), "--cores", "2", timeout=300)
             fixed = snakemake(workdir, study_config(broken=False), "--workflow-profile", profile, timeout=300)
             local_run.result()
-    return SlurmStudy(workdir, failed, requests_after_failure, fixed, local)
+    return SlurmStudy(workdir, failed, failed_cohort, fixed, local)
+
+
+def benchmark_comments(comments) -> list[str]:
+    return sorted(comment for comment, _ in comments if comment.startswith("rule_benchmark"))
 
 
 def test_jobs_went_through_slurm(slurm_study, slurm_cluster):
@@ -113,9 +117,7 @@ def test_jobs_went_through_slurm(slurm_study, slurm_cluster):
     rules = {comment for comment, _ in comments.values()}
     assert {
         "rule_build_models",
-        "rule_benchmark_wildcards_baseline",
-        "rule_benchmark_wildcards_steps1",
-        "rule_benchmark_wildcards_steps2",
+        f"rule_benchmark_wildcards_{slurm_study.failed_cohort}",
         "rule_analysis_tables",
         "rule_analysis_plots",
         "rule_analysis_summary",
@@ -139,40 +141,42 @@ def test_failed_job_fails_the_run_with_a_clear_message(slurm_study, slurm_cluste
     proc = slurm_study.failed
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    assert "Error in rule benchmark" in out and "setting=steps2" in out
+    assert "Error in rule benchmark" in out and f"cohort={slurm_study.failed_cohort}" in out
     jobs = job_comments(slurm_cluster, submitted(proc))
     failed = {job: comment for job, (comment, state) in jobs.items() if state == "FAILED"}
-    # the profile retries once: both attempts are Slurm jobs of steps2, and the message names the Slurm job
-    assert sorted(failed.values()) == ["rule_benchmark_wildcards_steps2"] * 2
+    # the profile retries once: both attempts are Slurm jobs of the cohort, and the message names the Slurm job
+    assert sorted(failed.values()) == [f"rule_benchmark_wildcards_{slurm_study.failed_cohort}"] * 2
     assert f"SLURM-job '{max(failed, key=int)}' failed" in out
     # --show-failed-logs: the job's log, with the server's refusal, is in the run's own output
-    assert "server exited during start-up" in out
-    # --keep-going: the other settings were measured in the same run
-    assert sorted(slurm_study.requests_after_failure) == ["baseline", "steps1"]
+    assert "server exited during start-up" in out and BAD_FLAG in out
+    assert not (results(slurm_study.workdir) / "requests").exists()
 
 
-def test_rerun_redoes_only_the_failed_job(slurm_study, slurm_cluster):
-    rules = [comment for comment, _ in job_comments(slurm_cluster, submitted(slurm_study.fixed)).values()]
-    assert [rule for rule in rules if rule.startswith(("rule_benchmark", "rule_build"))] == [
-        "rule_benchmark_wildcards_steps2"
-    ]
-    assert "rule_analysis_tables" in rules
-    for setting, mtime in slurm_study.requests_after_failure.items():
-        assert (results(slurm_study.workdir) / "requests" / f"{setting}.parquet").stat().st_mtime_ns == mtime
+def test_rerun_measures_the_old_cohort_without_the_fixed_setting_and_a_new_one_with_it(slurm_study, slurm_cluster):
+    comments = job_comments(slurm_cluster, submitted(slurm_study.fixed)).values()
+    rules = [comment for comment, _ in comments]
+    assert "rule_build_models" not in rules and "rule_analysis_tables" in rules
+    benchmarks = benchmark_comments(comments)
+    assert len(benchmarks) == 2 and f"rule_benchmark_wildcards_{slurm_study.failed_cohort}" in benchmarks
+    metas = {p.stem: json.loads(p.read_text()) for p in (results(slurm_study.workdir) / "benchmark").glob("*.json")}
+    old = metas.pop(slurm_study.failed_cohort)
+    (new,) = metas.values()
+    assert "steps2" not in old["members"] and sorted(new["members"]) == ["baseline", "steps2"]
 
 
 def test_same_cells_as_a_local_run_and_no_lost_requests(slurm_study):
     config = study_config(broken=False)
-    keys = ["setting", "workload", "concurrency", "repeat"]
+    keys = ["setting", "workload", "concurrency", "cohort", "repeat"]
     frames = {}
     for name, workdir in (("slurm", slurm_study.workdir), ("local", slurm_study.local)):
         frames[name] = pd.concat(pd.read_parquet(p) for p in sorted((results(workdir) / "requests").glob("*.parquet")))
     on_slurm, local = frames["slurm"], frames["local"]
     assert list(on_slurm.columns) == list(local.columns)
-    cells = on_slurm.groupby(keys).size()
-    assert cells.to_dict() == local.groupby(keys).size().to_dict()
-    assert len(cells) == len(config["settings"]) * len(config["workloads"]) * len(config["benchmark"]["concurrency"])
-    for (setting, workload, concurrency, repeat), cell in on_slurm.groupby(keys):
+    cells = ["setting", "workload", "concurrency"]
+    assert sorted(on_slurm.groupby(cells).groups) == sorted(local.groupby(cells).groups)
+    members = len(config["settings"]) + 1  # and the A/A twin
+    assert len(local.groupby(keys)) == members * len(config["workloads"]) * len(config["benchmark"]["concurrency"])
+    for (setting, workload, concurrency, _, repeat), cell in on_slurm.groupby(keys):
         warmup, measured = cell_sizes(config, concurrency)
         assert len(cell) == warmup + measured, (setting, workload, concurrency, repeat)
     assert on_slurm.error.isna().all(), on_slurm.error.dropna().head().tolist()

@@ -59,3 +59,8 @@ def planned_jobs_fields(workdir: Path, config: dict, field: str) -> list[tuple[s
 def planned_wildcards(workdir: Path, config: dict, rule: str) -> list[str]:
     """The `wildcards:` lines of the planned jobs of one rule, from a dry run."""
     return sorted(value for name, value in planned_jobs_fields(workdir, config, "wildcards") if name == rule)
+
+
+def planned_cohorts(workdir: Path, config: dict) -> list[str]:
+    """The ids of the cohorts a dry run would measure (each names its settings: steps3-vs-baseline-1a2b3c4d)."""
+    return [wc.split("=", 1)[1] for wc in planned_wildcards(workdir, config, "benchmark")]

@@ -4,7 +4,7 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from workflow_scripts.client.plan import setting_plan
+from workflow_scripts.client.cohorts import member_identity
 from workflow_scripts.code_version import source_digest
 
 
@@ -29,11 +29,11 @@ def test_unknown_subpackage_is_named(tmp_path):
         source_digest("nope", root=tmp_path)
 
 
-def test_benchmark_plan_carries_the_embedded_engine_code():
+def test_member_identity_carries_the_embedded_engine_code():
     config = yaml.safe_load(open("config/smoke.yaml"))
     validate(config, "config/schema.yaml")  # fills the schema's defaults, as rules/common.smk does
     assert config["engine"] == "embedded"
-    setting = next(iter(config["settings"]))
-    assert setting_plan(config, setting)["engine_code"] == source_digest("engine")
+    name, args = next(iter(config["settings"].items()))
+    assert member_identity(config, name, args)["engine_code"] == source_digest("engine", "server")
     config["engine"] = "sglang"  # SGLang reports its own version; our digest would be noise
-    assert setting_plan(config, setting)["engine_code"] is None
+    assert "engine_code" not in member_identity(config, name, args)

@@ -57,7 +57,26 @@ CASES = [
         ["config key settings.steps1.speculative_algorithm", "'MEDUSA' is not one of"],
     ),
     ("baseline not a setting", lambda c: c.update(analysis={"baseline": "nope"}), ["analysis.baseline", "'nope'"]),
+    ("precision target not positive", lambda c: c["benchmark"].update(precision_pct=0),
+     ["config key benchmark.precision_pct", "0 is less than or equal to the minimum of 0"]),
+    ("fewer rounds allowed than required", lambda c: c["benchmark"].update(repeats=3, max_repeats=2),
+     ["benchmark.max_repeats: 2 is below benchmark.repeats (3)"]),
+    ("unknown schedule", lambda c: c["benchmark"].update(schedule="weekly"),
+     ["config key benchmark.schedule", "'weekly' is not one of"]),
+    ("a setting named like the A/A twin", lambda c: c["settings"].update(baseline_aa={}),
+     ["settings.baseline_aa: the name is taken by the A/A twin of analysis.baseline"]),
+    ("interleaved SGLang servers that need more GPUs than the node has", lambda c: _sglang_interleaved(c),
+     ["benchmark.schedule: interleaved runs every setting's server at once; 5 SGLang servers need 10 GPUs but"
+      " sglang.node_gpus is 4"]),
 ]
+
+
+def _sglang_interleaved(config: dict) -> None:
+    config.update(engine="sglang", sglang={"model_path": "/models/m", "draft_path": "/models/d", "tp_size": 2,
+                                           "node_gpus": 4}, moe={"tune": False})
+    config["benchmark"]["schedule"] = "interleaved"
+    for setting in config["settings"].values():
+        setting["moe_config"] = "default"
 
 
 @pytest.mark.parametrize("name,edit,expected", CASES, ids=[c[0] for c in CASES])

@@ -1,5 +1,6 @@
 """The real study end to end on config/smoke.yaml: real model build, real servers, real Snakemake; then
-partial re-execution after config edits, an interrupted run, and a broken server."""
+partial re-execution after config edits (new cohorts measure only what is new, with a fresh control), an
+interrupted run, and a broken server."""
 
 from __future__ import annotations
 
@@ -16,14 +17,21 @@ import pytest
 import yaml
 from snakemake.utils import validate
 
-from tests.workflow.snakemake_run import REPO, planned_jobs, planned_wildcards, snakemake, snakemake_argv, snakemake_env
+from tests.workflow.snakemake_run import REPO, planned_cohorts, planned_jobs, snakemake, snakemake_argv, snakemake_env
 from workflow_scripts.analysis.browser_check import check_report
+from workflow_scripts.analysis.paired import NO_DATA, REAL, WITHIN_NOISE
+from workflow_scripts.client.cohorts import twin_name
 from workflow_scripts.client.plan import cell_sizes
 
 SMOKE = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
 SMOKE_VALIDATED = copy.deepcopy(SMOKE)
 validate(SMOKE_VALIDATED, str(REPO / "config" / "schema.yaml"), set_default=True)
 SPECULATING = [name for name, s in SMOKE["settings"].items() if s.get("speculative_algorithm")]
+CONTROL = SMOKE_VALIDATED["analysis"]["baseline"]
+TWIN = twin_name(CONTROL)
+MEMBERS = [*SMOKE["settings"], TWIN]
+CELLS = len(SMOKE["workloads"]) * len(SMOKE["benchmark"]["concurrency"])
+STEPS3 = dict(SMOKE["settings"]["steps2"], speculative_num_steps=3, speculative_num_draft_tokens=4)
 
 
 @pytest.fixture(scope="module")
@@ -43,21 +51,22 @@ def test_artifacts_exist(study):
     for name in ("target", "draft"):
         info = json.loads((res / "models" / name / "build_info.json").read_text())
         assert info["seed"] == SMOKE["model"]["seed"]
-    for setting in SMOKE["settings"]:
-        assert (res / "requests" / f"{setting}.parquet").is_file()
-        assert (res / "logs" / "server" / f"{setting}.log").stat().st_size > 0
+    (cohort,) = [json.loads(path.read_text()) for path in (res / "benchmark").glob("*.json")]
+    assert sorted(cohort["members"]) == sorted(MEMBERS) and cohort["schedule"] == "interleaved"
+    for member in MEMBERS:
+        assert (res / "requests" / f"{member}.parquet").is_file()
+        assert (res / "logs" / "server" / cohort["cohort"] / f"{member}.log").stat().st_size > 0
     summary = pd.read_csv(res / "tables" / "summary.csv")
     measured = summary[summary.source == "measured"]
-    expected_rows = len(SMOKE["settings"]) * len(SMOKE["workloads"]) * len(SMOKE["benchmark"]["concurrency"])
-    assert len(measured) == expected_rows
+    assert len(measured) == len(SMOKE["settings"]) * CELLS  # the twin is reported apart, in aa.csv
 
 
 def test_every_request_accounted_for_and_values_sane(study):
     res = results(study)
-    frames = pd.concat(pd.read_parquet(res / "requests" / f"{s}.parquet") for s in SMOKE["settings"])
-    cells = frames.groupby(["setting", "workload", "concurrency", "repeat"])
-    assert cells.ngroups == len(SMOKE["settings"]) * len(SMOKE["workloads"]) * 2 * SMOKE["benchmark"]["repeats"]
-    for (setting, workload, c, repeat), cell in cells:
+    frames = pd.concat(pd.read_parquet(res / "requests" / f"{s}.parquet") for s in MEMBERS)
+    cells = frames.groupby(["setting", "workload", "concurrency", "cohort", "repeat"])
+    assert cells.ngroups == len(MEMBERS) * CELLS * SMOKE["benchmark"]["repeats"]
+    for (setting, workload, c, _, repeat), cell in cells:
         warmup, measured = cell_sizes(SMOKE_VALIDATED, c)
         sent = warmup + measured
         completed = int(cell.error.isna().sum())
@@ -78,6 +87,63 @@ def test_every_request_accounted_for_and_values_sane(study):
     assert (measured.n_err == 0).all()
 
 
+def test_rounds_interleave_the_settings(study):
+    """Within a round, each cell was measured on every member before any member moved on to the next cell."""
+    frames = pd.concat(pd.read_parquet(results(study) / "requests" / f"{s}.parquet") for s in MEMBERS)
+    starts = frames.groupby(["workload", "concurrency", "repeat", "setting"])["cell_start_ts"].first().reset_index()
+    spans = starts.groupby(["workload", "concurrency", "repeat"])["cell_start_ts"].agg(["min", "max"])
+    spans = spans.sort_values("min").to_numpy()
+    assert all(later_min >= max_ for (_, max_), (later_min, _) in zip(spans, spans[1:]))
+
+
+def test_aa_control_and_noise_floor(study):
+    tables = results(study) / "tables"
+    aa = pd.read_csv(tables / "aa.csv")
+    assert list(aa.columns) == ["workload", "concurrency", "metric", "diff_pct", "ci_low_pct", "ci_high_pct", "rounds"]
+    assert len(aa) == CELLS * 2 and set(aa.metric) == {"aggregate_tok_s", "per_request_tok_s"}
+    assert (aa.rounds == SMOKE["benchmark"]["repeats"]).all() and aa.diff_pct.notna().all()
+    assert ((aa.ci_low_pct <= aa.diff_pct) & (aa.diff_pct <= aa.ci_high_pct)).all()
+    floor = json.loads((tables / "noise_floor.json").read_text())
+    assert set(floor) == {"noise_floor_pct", "schedule", "rounds"}
+    assert floor["schedule"] == "interleaved" and floor["rounds"] == SMOKE["benchmark"]["repeats"]
+    assert floor["noise_floor_pct"] == pytest.approx(float(aa.diff_pct.abs().quantile(0.95)))
+    improvement = pd.read_csv(tables / "improvement.csv")
+    assert set(improvement.verdict) <= {REAL, WITHIN_NOISE, NO_DATA}
+    real = improvement[improvement.verdict == REAL]
+    assert ((real.ci_low_pct > 0) | (real.ci_high_pct < 0)).all()
+    assert (real.improvement_pct.abs() > floor["noise_floor_pct"]).all()
+    assert TWIN not in set(improvement.candidate)
+    precision = pd.read_csv(tables / "precision.csv")
+    assert len(precision) == CELLS and (precision.rounds == SMOKE["benchmark"]["repeats"]).all()
+
+
+def test_acceptance_by_position_and_cost_model(study):
+    """Every speculative request carries SGLang's histogram, consistent with its counts; the analysis turns them
+    into per-position acceptance and a validated cost model."""
+    res = results(study)
+    frames = pd.concat(pd.read_parquet(res / "requests" / f"{s}.parquet") for s in SMOKE["settings"])
+    spec = frames[frames.setting.isin(SPECULATING)]
+    for row in spec.itertuples():
+        steps = SMOKE["settings"][row.setting]["speculative_num_steps"]
+        histogram = list(row.spec_correct_drafts_histogram)
+        assert sum(histogram) == row.spec_verify_ct and len(histogram) <= steps + 1, row.request_id
+        assert sum(i * n for i, n in enumerate(histogram)) == row.spec_num_correct_drafts
+        assert row.spec_num_proposed_drafts == row.spec_verify_ct * steps
+    plain = frames[~frames.setting.isin(SPECULATING)]
+    assert plain.spec_correct_drafts_histogram.isna().all() and plain.spec_num_proposed_drafts.isna().all()
+    by_position = pd.read_csv(res / "tables" / "acceptance_by_position.csv")
+    expected = {(s, w, p) for s in SPECULATING for w in SMOKE["workloads"]
+                for p in range(1, SMOKE["settings"][s]["speculative_num_steps"] + 1)}
+    assert set(zip(by_position.setting, by_position.workload, by_position.position)) == expected
+    assert (by_position.n_bad_histograms == 0).all()
+    validation = pd.read_csv(res / "tables" / "cost_model_validation.csv")
+    assert set(validation.left_out) == {"steps1", "steps2"}  # the STANDALONE family; ngram is another drafter
+    predictions = pd.read_csv(res / "tables" / "cost_model_predictions.csv")
+    assert set(predictions.steps) == set(range(0, 7))  # analysis.predict_max_steps defaults to 6
+    recommendation = pd.read_csv(res / "tables" / "recommendation.csv")
+    assert recommendation.predicted_best_steps.notna().all()
+
+
 def test_report_renders_in_a_real_browser(study):
     """`snakemake --report` on the real study, opened in headless Chromium: every chart draws marks."""
     report = results(study) / "report.html"
@@ -85,50 +151,48 @@ def test_report_renders_in_a_real_browser(study):
     charts = check_report(report, timeout=120)
     assert len(charts) >= 5 and all(chart.marks > 0 for chart in charts)
     summary = (results(study) / "summary.md").read_text()
-    assert "ecommend" in summary and "lossless" in summary.lower()
+    assert "ecommend" in summary and "lossless" in summary.lower() and "noise floor" in summary.lower()
 
 
 def test_rerun_with_nothing_changed_has_nothing_to_do(study):
     assert planned_jobs(study, SMOKE) == {}
 
 
-def test_new_setting_runs_only_its_benchmark_and_the_analysis(study):
-    config = copy.deepcopy(SMOKE)
-    config["settings"]["steps3"] = dict(config["settings"]["steps2"], speculative_num_steps=3, speculative_num_draft_tokens=4)
-    jobs = planned_jobs(study, config)
-    assert jobs.get("benchmark") == 1
-    assert planned_wildcards(study, config, "benchmark") == ["setting=steps3"]
-    assert "build_models" not in jobs and not any(rule.startswith("moe_") for rule in jobs)
-
-
 def test_model_build_change_reruns_everything_downstream(study):
     config = copy.deepcopy(SMOKE)
     config["model"]["seed"] = 1
     jobs = planned_jobs(study, config)
-    assert jobs.get("build_models") == 1
-    assert jobs.get("benchmark") == len(SMOKE["settings"])
+    assert jobs.get("build_models") == 1 and jobs.get("benchmark") == 1
+    (cohort,) = planned_cohorts(study, config)
+    assert cohort.startswith(f"{len(MEMBERS) - 1}-settings-vs-{CONTROL}-") or cohort.startswith(
+        f"{'+'.join(sorted(set(MEMBERS) - {CONTROL}))}-vs-{CONTROL}-")
 
 
 def test_new_concurrency_measures_only_new_cells(study):
     config = copy.deepcopy(SMOKE)
     config["benchmark"]["concurrency"] = SMOKE["benchmark"]["concurrency"] + [2]
-    assert planned_jobs(study, config).get("benchmark") == len(SMOKE["settings"])
+    (cohort,) = planned_cohorts(study, config)
     snakemake(study, config, "--cores", "2", timeout=600)
-    new_cells = len(SMOKE["workloads"]) * SMOKE["benchmark"]["repeats"]
-    old_cells = len(SMOKE["workloads"]) * len(SMOKE["benchmark"]["concurrency"]) * SMOKE["benchmark"]["repeats"]
-    for setting in SMOKE["settings"]:
-        log = (results(study) / "logs" / "benchmark" / f"{setting}.log").read_text()
-        assert f"{old_cells + new_cells} cells, {old_cells} cached, {new_cells} to measure" in log
+    log = (results(study) / "logs" / "benchmark" / f"{cohort}.log").read_text()
+    assert f"{len(SMOKE['workloads'])} cells; 0 cached cell-rounds" in log
+    for setting in MEMBERS:
         df = pd.read_parquet(results(study) / "requests" / f"{setting}.parquet")
         assert sorted(df.concurrency.unique()) == sorted(config["benchmark"]["concurrency"])
-    # back to the original config: the cells of c=2 stay cached, the original cells are reused
+    # back to the original config: nothing is measured, the requests files drop the cells of c=2 again
+    assert "benchmark" not in planned_jobs(study, SMOKE)
     snakemake(study, SMOKE, "--cores", "2", timeout=600)
     assert planned_jobs(study, SMOKE) == {}
 
 
-def test_interrupted_run_redoes_only_the_incomplete_job(study):
+def test_new_setting_measured_with_a_fresh_control_and_ctrl_c_loses_nothing_finished(study):
+    """Adding steps3 plans one new cohort: steps3 and a fresh control, nothing else. Ctrl-C in the middle of a
+    round keeps the cells that finished; the rerun completes the same rounds from them."""
     config = copy.deepcopy(SMOKE)
-    config["settings"]["steps3"] = dict(config["settings"]["steps2"], speculative_num_steps=3, speculative_num_draft_tokens=4)
+    config["settings"]["steps3"] = STEPS3
+    jobs = planned_jobs(study, config)
+    assert jobs.get("benchmark") == 1 and "build_models" not in jobs and not any(r.startswith("moe_") for r in jobs)
+    (cohort,) = planned_cohorts(study, config)
+    assert cohort.startswith(f"steps3-vs-{CONTROL}-")  # the new setting and a fresh control, nothing else
     cfg = study / "interrupted.yaml"
     cfg.write_text(yaml.safe_dump(config))
     proc = subprocess.Popen(
@@ -138,33 +202,40 @@ def test_interrupted_run_redoes_only_the_incomplete_job(study):
         # background job of a non-interactive shell does, and every process below would inherit that)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
-    cells_dir = results(study) / "cells" / "steps3"
-    cells = len(SMOKE["workloads"]) * len(SMOKE["benchmark"]["concurrency"]) * SMOKE["benchmark"]["repeats"]
+    cells_dir = results(study) / "cells" / cohort
+    total = 2 * CELLS * SMOKE["benchmark"]["repeats"]
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not (cells_dir.is_dir() and any(cells_dir.glob("*.parquet"))):
-        time.sleep(0.01)  # the rest of a smoke benchmark takes well under a second
-    assert cells_dir.is_dir(), "the steps3 benchmark never finished a cell"
+    while time.monotonic() < deadline and not any(cells_dir.glob("*/*.parquet")):
+        time.sleep(0.01)  # the rest of a smoke benchmark takes a few seconds
+    assert any(cells_dir.glob("*/*.parquet")), "the steps3 cohort never finished a cell"
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
     proc.wait(timeout=60)
-    done_before = len(list(cells_dir.glob("*.parquet")))
-    assert done_before < cells, f"Ctrl-C did not stop the benchmark: all {cells} cells were measured"
-    out = results(study) / "requests" / "steps3.parquet"
+    done_before = len(list(cells_dir.glob("*/*.parquet")))
+    assert done_before < total, f"Ctrl-C did not stop the benchmark: all {total} cells were measured"
+    out = results(study) / "benchmark" / f"{cohort}.parquet"
     assert not out.exists(), "an interrupted benchmark left an output that looks complete"
-    assert planned_wildcards(study, config, "benchmark") == ["setting=steps3"]
+    assert list(planned_cohorts(study, config)) == [cohort]
     snakemake(study, config, "--cores", "2", timeout=600)
-    log = (results(study) / "logs" / "benchmark" / "steps3.log").read_text()
-    assert f"{done_before} cached" in log
-    assert out.is_file()
+    log = (results(study) / "logs" / "benchmark" / f"{cohort}.log").read_text()
+    assert f"; {done_before} cached cell-rounds;" in log
+    assert f"members {CONTROL}, steps3;" in log or f"members steps3, {CONTROL};" in log
+    measured = pd.read_parquet(out)
+    assert set(measured.setting) == {CONTROL, "steps3"} and measured.groupby(
+        ["setting", "workload", "concurrency", "repeat"]).ngroups == total
+    improvement = pd.read_csv(results(study) / "tables" / "improvement.csv")
+    steps3 = improvement[(improvement.candidate == "steps3") & (improvement.kind == "vs_baseline")]
+    assert (steps3.rounds == SMOKE["benchmark"]["repeats"]).all()  # paired with the fresh control's rounds
 
 
 def test_broken_server_fails_its_job_with_the_log_tail_and_spares_the_others(study):
     config = copy.deepcopy(SMOKE)
     config["settings"]["broken"] = {"extra_args": ["--no-such-flag"]}
+    (cohort,) = planned_cohorts(study, config)
     proc = snakemake(study, config, "--cores", "2", "--keep-going", check=False, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    log = (results(study) / "logs" / "benchmark" / "broken.log").read_text()
+    log = (results(study) / "logs" / "benchmark" / f"{cohort}.log").read_text()
     assert "--no-such-flag" in log and "exited during start-up" in log
-    for setting in SMOKE["settings"]:
+    for setting in MEMBERS:
         assert (results(study) / "requests" / f"{setting}.parquet").is_file()
-    assert "benchmark" in out and "broken" in out
+    assert "benchmark" in out and cohort in out

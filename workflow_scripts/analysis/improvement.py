@@ -1,4 +1,4 @@
-"""Improvement of one setting over another, with a bootstrap CI, and the seed article's table layout.
+"""Improvement of one setting over another, paired by round (analysis/paired.py), and the article's table layout.
 
 The article prints tok/s as integers and the improvement as ``candidate/baseline − 1`` in whole percent,
 rounded half up (123 → 186 is +51%). The CLI prints that table from any external-format CSV (or a study's
@@ -18,21 +18,22 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.external import load_external
-from workflow_scripts.analysis.stats import Bootstrap, within_noise
+from workflow_scripts.analysis.paired import NO_DATA, REAL, paired_ratio, verdict
 
 METRICS = {"per_request_tok_s": "per-request tok/s", "aggregate_tok_s": "aggregate tok/s"}
 IMPROVEMENT_COLUMNS = ["source", "kind", "baseline", "candidate", "workload", "concurrency", "metric",
                        "baseline_value", "candidate_value", "improvement_pct", "ci_low_pct", "ci_high_pct",
-                       "within_noise", "n_baseline", "n_candidate"]
+                       "within_noise", "n_baseline", "n_candidate", "rounds", "half_width_pct", "verdict"]
+ROUND_KEYS = ["cohort", "repeat"]
 
 
-def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]],
-                 bootstrap: Bootstrap) -> pd.DataFrame:
-    """Long table of improvements in percent.
+def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]], floor_pct: float) -> pd.DataFrame:
+    """Long table of paired improvements in percent, each with its verdict against the noise floor.
 
-    ``values`` holds one row per repeat (one row per cell for external sources) with columns
-    ``source, setting, workload, concurrency`` and the METRICS; ``comparisons`` are (kind, baseline, candidate).
-    Pairs absent from a source are skipped; an empty side gives NaN, never 0.
+    ``values`` holds one row per round (one row per cell for external sources) with columns
+    ``source, setting, workload, concurrency, cohort, repeat`` and the METRICS; ``comparisons`` are
+    (kind, baseline, candidate). Only rounds both settings were measured in are paired: two settings of different
+    cohorts share none and get "no data", as does a cell whose control has no value (never 0).
     """
     rows = []
     for (source, workload, concurrency), group in values.groupby(["source", "workload", "concurrency"], sort=True):
@@ -40,19 +41,30 @@ def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]],
         for kind, base, cand in comparisons:
             if base not in by_setting or cand not in by_setting:
                 continue
+            pairs = by_setting[base].merge(by_setting[cand], on=ROUND_KEYS, suffixes=("_b", "_c"))
             for metric in METRICS:
-                b = by_setting[base][metric].to_numpy(dtype="float64")
-                c = by_setting[cand][metric].to_numpy(dtype="float64")
-                point, low, high = bootstrap.ratio_ci(b, c)
+                b = pairs[f"{metric}_b"].to_numpy(dtype="float64")
+                c = pairs[f"{metric}_c"].to_numpy(dtype="float64")
+                paired = paired_ratio(b, c)
                 rows.append({
                     "source": source, "kind": kind, "baseline": base, "candidate": cand, "workload": workload,
                     "concurrency": int(concurrency), "metric": metric,
                     "baseline_value": _nanmedian(b), "candidate_value": _nanmedian(c),
-                    "improvement_pct": point * 100, "ci_low_pct": low * 100, "ci_high_pct": high * 100,
-                    "within_noise": within_noise(low, high),
+                    "improvement_pct": paired.diff_pct, "ci_low_pct": paired.ci_low_pct,
+                    "ci_high_pct": paired.ci_high_pct,
+                    "within_noise": _includes_zero(paired.ci_low_pct, paired.ci_high_pct),
                     "n_baseline": int(np.isfinite(b).sum()), "n_candidate": int(np.isfinite(c).sum()),
+                    "rounds": paired.rounds, "half_width_pct": paired.half_width_pct,
+                    "verdict": verdict(paired, floor_pct),
                 })
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
+
+
+def _includes_zero(low: float, high: float) -> bool | None:
+    """True when the CI includes 0; None when there is no CI (fewer than two paired rounds)."""
+    if not (np.isfinite(low) and np.isfinite(high)):
+        return None
+    return bool(low <= 0 <= high)
 
 
 def _nanmedian(values: np.ndarray) -> float:
@@ -77,19 +89,25 @@ def fmt_pct(pct: float) -> str:
     return f"{'+' if value >= 0 else ''}{value}%"
 
 
+def fmt_ci(pct: float, low: float, high: float) -> str:
+    """+12% [+8%, +15%], or +12% alone when there is no CI."""
+    text = fmt_pct(pct)
+    return text + f" [{fmt_pct(low)}, {fmt_pct(high)}]" if np.isfinite(low) else text
+
+
 def fmt_improvement(row: pd.Series) -> str:
-    """Percent, with the CI and a 'within noise' mark when the study has repeats."""
-    text = fmt_pct(row["improvement_pct"])
-    if np.isfinite(row["ci_low_pct"]):
-        text += f" [{fmt_pct(row['ci_low_pct'])}, {fmt_pct(row['ci_high_pct'])}]"
-        if row["within_noise"]:
-            text += " ≈ noise"
-    return text
+    """Percent; with a paired CI (two rounds or more) the CI too, and '≈ noise' unless the verdict is real."""
+    if row["verdict"] == NO_DATA:
+        return "—"
+    text = fmt_ci(row["improvement_pct"], row["ci_low_pct"], row["ci_high_pct"])
+    return text + " ≈ noise" if np.isfinite(row["ci_low_pct"]) and row["verdict"] != REAL else text
 
 
 def article_table(summary: pd.DataFrame, improvement: pd.DataFrame, source: str, workload: str, metric: str,
-                  settings: list[str], comparisons: list[tuple[str, str]]) -> pd.DataFrame:
-    """Article layout: one row per concurrency, one column per setting, one Improvement column per comparison.
+                  settings: list[str], comparisons: list[tuple[str, str]],
+                  aa: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Article layout: one row per concurrency, one column per setting, one Improvement column per comparison,
+    and, for a measured study with a twin, the A/A difference beside the effects.
 
     ``summary`` has one row per source × setting × workload × concurrency with ``{metric}_median``.
     """
@@ -107,6 +125,10 @@ def article_table(summary: pd.DataFrame, improvement: pd.DataFrame, source: str,
             hit = imp[(imp["concurrency"] == conc) & (imp["baseline"] == base) & (imp["candidate"] == cand)]
             label = "Improvement" if len(comparisons) == 1 else f"{cand} vs {base}"
             row[label] = fmt_improvement(hit.iloc[0]) if len(hit) else "—"
+        if aa is not None and len(aa):
+            noise = aa[(aa["workload"] == workload) & (aa["concurrency"] == conc) & (aa["metric"] == metric)]
+            row["A/A (noise)"] = (fmt_ci(*noise.iloc[0][["diff_pct", "ci_low_pct", "ci_high_pct"]])
+                                  if len(noise) else "—")
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -142,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     if "source" not in values.columns:
         values["source"] = args.csv.stem
-    imp = improvements(values, [("pairwise", args.baseline, args.candidate)], Bootstrap())
+    values = values.assign(cohort="external", repeat=0)  # one value per cell: a point estimate, no CI
+    imp = improvements(values, [("pairwise", args.baseline, args.candidate)], float("nan"))
     summary = values.rename(columns={m: f"{m}_median" for m in METRICS})
     for (source, workload), _ in imp.groupby(["source", "workload"], sort=True):
         for metric, label in METRICS.items():

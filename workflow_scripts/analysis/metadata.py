@@ -1,7 +1,8 @@
-"""What a reader needs to reproduce the study: config, package versions, hardware, model build info, git commit.
+"""What a reader needs to reproduce the study: config, package versions, hardware, model build info, git commit,
+and where the time went (each phase's wall time from Snakemake's `benchmark:` files).
 
     python -m workflow_scripts.analysis.metadata --config-json JSON [--build-info models/target/build_info.json] \
-        --out-json results/S/metadata/study.json --out-html results/S/metadata/study.html
+        [--phases-dir results/S/benchmarks] --out-json results/S/metadata/study.json --out-html results/S/metadata/study.html
 """
 
 from __future__ import annotations
@@ -18,7 +19,10 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
+from workflow_scripts.redaction import redact_config
 
 CODE_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,12 +84,29 @@ def git_state(repo: Path) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(status) if status is not None else None}
 
 
-def collect(config: dict[str, Any], build_info: Path | None, repo: Path) -> dict[str, Any]:
+# a job's phase, by the prefix of its benchmark file (rules/*.smk `benchmark:`)
+PHASES = {"build_models": "model build", "moe_tune_shard": "MoE tuning", "benchmark": "measuring",
+          "analysis": "analysis"}
+
+
+def phase_times(folder: Path | None) -> dict[str, float]:
+    """Wall seconds per phase of the last run of each job (a job rerun replaces its file); absent phases left out."""
+    out: dict[str, float] = {}
+    for path in sorted(folder.glob("*.tsv")) if folder and folder.is_dir() else []:
+        phase = next((name for prefix, name in PHASES.items() if path.stem.startswith(prefix)), None)
+        seconds = pd.read_csv(path, sep="\t")["s"]
+        if phase is not None and len(seconds):
+            out[phase] = round(out.get(phase, 0.0) + float(seconds.iloc[-1]), 1)
+    return out
+
+
+def collect(config: dict[str, Any], build_info: Path | None, repo: Path, phases: Path | None = None) -> dict[str, Any]:
+    """Everything the metadata page shows; `server.env` values are redacted (they may be tokens), keys kept."""
     info = None
     if build_info is not None and build_info.exists():
         info = json.loads(build_info.read_text(encoding="utf-8"))
-    return {"git": git_state(repo), "hardware": hardware(), "config": config,
-            "model_build_info": info, "packages": packages()}
+    return {"git": git_state(repo), "hardware": hardware(), "config": redact_config(config),
+            "model_build_info": info, "phase_seconds": phase_times(phases), "packages": packages()}
 
 
 def _section(title: str, value: Any) -> str:
@@ -102,6 +123,7 @@ def to_html(meta: dict[str, Any]) -> str:
     body = "".join([
         "<h2>Study metadata</h2>",
         _section("Git", meta["git"]), _section("Hardware", hw),
+        _section("Wall time per phase, seconds (Snakemake benchmark files)", meta["phase_seconds"] or None),
         _section("Model build info (models/target/build_info.json)", meta["model_build_info"]),
         _section("Config (validated, defaults filled)", meta["config"]),
         _section("Packages", meta["packages"]),
@@ -116,10 +138,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--build-info", type=Path, help="model build_info.json (skipped when absent)")
     parser.add_argument("--repo", type=Path, default=CODE_ROOT,
                         help="git checkout whose commit is recorded (default: the one holding this code)")
+    parser.add_argument("--phases-dir", type=Path, help="Snakemake benchmark files of the study's jobs")
     parser.add_argument("--out-json", type=Path, required=True)
     parser.add_argument("--out-html", type=Path, required=True)
     args = parser.parse_args(argv)
-    meta = collect(json.loads(args.config_json), args.build_info, args.repo)
+    meta = collect(json.loads(args.config_json), args.build_info, args.repo, args.phases_dir)
     atomic_write_text(args.out_json, json.dumps(meta, indent=2, default=str) + "\n")
     atomic_write_text(args.out_html, to_html(meta))
     print(f"metadata: git {meta['git']['commit']}, {meta['hardware']['cpu_model']}, "

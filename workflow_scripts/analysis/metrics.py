@@ -13,7 +13,7 @@ and ``output_tokens`` and ``first_token_ts`` are present; warm-up requests never
 - e2e latency = ``end_ts - send_ts``.
 - acceptance length: request mean = mean of the per-request ``accept_length``; token-weighted =
   ``sum(output_tokens) / sum(spec_verify_ct)`` over the cell, so long answers weigh more.
-- aggregate tok/s of a cell (one setting × workload × concurrency × repeat) = sum of output tokens of its ok,
+- aggregate tok/s of a cell (one setting × workload × concurrency × round of a cohort) = sum of output tokens of its ok,
   non-warm-up requests ÷ (last ``end_ts`` − first ``send_ts``) over those same requests.
 - a cell with no ok request is *empty*: every metric is NaN (shown as "—"), never 0 tok/s.
 """
@@ -25,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-CELL_KEYS = ["setting", "workload", "concurrency", "repeat"]
+CELL_KEYS = ["setting", "workload", "concurrency", "cohort", "repeat"]
 GROUP_KEYS = ["setting", "workload", "concurrency"]
 
 REQUIRED_COLUMNS = {
-    "setting", "workload", "concurrency", "repeat", "prompt_id", "warmup", "temperature", "send_ts",
+    "setting", "workload", "concurrency", "cohort", "repeat", "prompt_id", "warmup", "temperature", "send_ts",
     "first_token_ts", "chunk_ts", "end_ts", "output_tokens", "finish_reason", "spec_verify_ct",
     "accept_length", "error",
 }
@@ -97,7 +97,7 @@ def token_weighted_acceptance(ok: pd.DataFrame) -> float:
 
 
 def cell_table(requests: pd.DataFrame) -> pd.DataFrame:
-    """One row per setting × workload × concurrency × repeat (non-warm-up requests only)."""
+    """One row per setting × workload × concurrency × cohort × round (non-warm-up requests only)."""
     df = requests[~requests["warmup"].astype(bool)]
     rows = []
     for key, cell in df.groupby(CELL_KEYS, sort=True):

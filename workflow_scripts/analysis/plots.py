@@ -19,10 +19,11 @@ import pandas as pd
 import vl_convert as vlc
 from tqdm import tqdm
 
+from workflow_scripts.analysis.cost_plots import acceptance_position_chart, cost_model_chart
 from workflow_scripts.analysis.improvement import METRICS
 from workflow_scripts.analysis.output import atomic_write_text
 
-PLOTS = ["throughput", "speedup", "acceptance", "latency", "pareto"]
+PLOTS = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model"]
 LOG2 = alt.Scale(type="log", base=2)
 PANEL = {"width": 260, "height": 200}
 EMPTY_RULE = {"color": "#d62728", "strokeDash": [4, 3], "strokeWidth": 2}
@@ -195,12 +196,16 @@ def build_charts(tables_dir: Path) -> dict[str, Callable[[], alt.Chart]]:
     summary = pd.read_csv(tables_dir / "summary.csv")
     improvement = pd.read_csv(tables_dir / "improvement.csv")
     quantiles = pd.read_csv(tables_dir / "latency_quantiles.csv")
+    by_position = pd.read_csv(tables_dir / "acceptance_by_position.csv")
+    cost_predictions = pd.read_csv(tables_dir / "cost_model_predictions.csv")
     return {
         "throughput": lambda: throughput_chart(summary),
         "speedup": lambda: speedup_chart(improvement),
         "acceptance": lambda: acceptance_chart(summary),
         "latency": lambda: latency_chart(quantiles),
         "pareto": lambda: pareto_chart(summary),
+        "acceptance_position": lambda: acceptance_position_chart(by_position),
+        "cost_model": lambda: cost_model_chart(cost_predictions),
     }
 
 

@@ -8,6 +8,8 @@ keeps the spread between concurrencies out of the MAD).
 Settings within ``tie_tolerance`` (relative) of the best score tie, and the tie goes to the fewest speculative
 steps (cheaper, and less to go wrong). A setting with any errored request in the band × workload is never
 recommended, nor is one without data there.
+The recommendation's ``verdict`` says whether the pick's paired improvement over the baseline is real (CI excludes
+0 and beyond the A/A noise floor) at every concurrency of the band; otherwise the pick is within noise of it.
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workflow_scripts.analysis.paired import REAL, WITHIN_NOISE
 from workflow_scripts.analysis.stats import robust_score
 from workflow_scripts.analysis.study_config import StudyConfig
 
 SCORE_COLUMNS = ["band", "workload", "metric", "setting", "steps", "n_values", "n_err", "median", "mad", "score",
                  "eligible", "note"]
 RECOMMENDATION_COLUMNS = ["band", "workload", "metric", "concurrencies", "recommended", "score", "median",
-                          "score_vs_baseline", "tied_with", "excluded", "note"]
+                          "score_vs_baseline", "verdict", "tied_with", "excluded", "note"]
 
 
 def _values(requests: pd.DataFrame, cells: pd.DataFrame, metric: str) -> pd.DataFrame:
@@ -62,7 +65,19 @@ def _mean(values: np.ndarray) -> float:
     return float(finite.mean()) if len(finite) else np.nan
 
 
-def recommend(scores: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
+def _verdict(improvement: pd.DataFrame, cfg: StudyConfig, pick: str, workload: str, metric: str,
+             concs: list[int]) -> str:
+    """real when the pick beats the baseline, paired by round, beyond the noise at every concurrency of the band."""
+    if pick == cfg.baseline:
+        return "baseline"
+    rows = improvement[(improvement["source"] == "measured") & (improvement["kind"] == "vs_baseline")
+                       & (improvement["candidate"] == pick) & (improvement["workload"] == workload)
+                       & (improvement["metric"] == metric) & improvement["concurrency"].isin(concs)]
+    real = (rows["verdict"] == REAL) & (rows["improvement_pct"] > 0)
+    return REAL if len(rows) and real.all() else WITHIN_NOISE
+
+
+def recommend(scores: pd.DataFrame, cfg: StudyConfig, improvement: pd.DataFrame) -> pd.DataFrame:
     """One recommendation per band × workload × metric (``recommended`` empty when nothing is eligible)."""
     rows = []
     for (band, workload, metric), group in scores.groupby(["band", "workload", "metric"], sort=False):
@@ -81,5 +96,7 @@ def recommend(scores: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
         others = [s for s in tied["setting"] if s != pick["setting"]]
         note = "tie within tolerance; fewer speculative steps wins" if others and pick["score"] < best else ""
         rows.append({**row, "recommended": pick["setting"], "score": pick["score"], "median": pick["median"],
-                     "score_vs_baseline": vs_base, "tied_with": ", ".join(others), "note": note})
+                     "score_vs_baseline": vs_base,
+                     "verdict": _verdict(improvement, cfg, pick["setting"], workload, metric, cfg.bands[band]),
+                     "tied_with": ", ".join(others), "note": note})
     return pd.DataFrame(rows, columns=RECOMMENDATION_COLUMNS)

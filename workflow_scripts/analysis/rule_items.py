@@ -10,13 +10,15 @@ from typing import Any
 
 from snakemake.io import report
 
-PLOT_NAMES = ["throughput", "speedup", "acceptance", "latency", "pareto"]
+PLOT_NAMES = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model"]
 PLOT_TITLES = {
     "throughput": "Throughput vs concurrency",
     "speedup": "Speedup with CI",
     "acceptance": "Acceptance length",
     "latency": "Latency distributions",
     "pareto": "Per-request vs aggregate (Pareto)",
+    "acceptance_position": "Acceptance by draft position",
+    "cost_model": "Cost model: predicted vs measured",
 }
 PLOT_CATEGORY = {
     "throughput": "2 Throughput and speedup",
@@ -24,6 +26,8 @@ PLOT_CATEGORY = {
     "pareto": "2 Throughput and speedup",
     "acceptance": "3 Acceptance and lossless",
     "latency": "4 Latency",
+    "acceptance_position": "3 Acceptance and lossless",
+    "cost_model": "2 Throughput and speedup",
 }
 # tables with an HTML view in the report: name -> (category, caption file stem)
 TABLE_VIEWS = {
@@ -33,16 +37,21 @@ TABLE_VIEWS = {
     "improvement": ("2 Throughput and speedup", "improvement"),
     "gap": ("2 Throughput and speedup", "gap"),
     "lossless": ("3 Acceptance and lossless", "lossless"),
+    "aa": ("2 Throughput and speedup", "aa"),
+    "acceptance_by_position": ("3 Acceptance and lossless", "acceptance_by_position"),
+    "cost_model": ("2 Throughput and speedup", "cost_model"),
 }
 CSV_TABLES = ["summary", "cells", "improvement", "article_tables", "gap", "recommendation",
-              "recommendation_scores", "lossless", "latency_quantiles"]
+              "recommendation_scores", "lossless", "latency_quantiles", "aa", "precision", "acceptance_by_position",
+              "cost_model_params", "cost_model_predictions", "cost_model_validation"]
 CSV_CATEGORY = "6 Data (CSV)"
 
 
 def analysis_config_json(config: dict[str, Any]) -> str:
     """The part of the config the analysis reads; a change to it re-runs the analysis (params are tracked)."""
-    return json.dumps({key: config[key] for key in ("settings", "workloads", "analysis")},
-                      sort_keys=True, default=str)
+    cfg = {key: config[key] for key in ("settings", "workloads", "analysis")}
+    cfg["benchmark"] = {key: config["benchmark"][key] for key in ("aa_control", "precision_pct")}
+    return json.dumps(cfg, sort_keys=True, default=str)
 
 
 def tables_dir(results: str) -> str:
@@ -63,6 +72,8 @@ def table_outputs(results: str) -> dict[str, Any]:
         out[f"{name}_html"] = report(f"{tables_dir(results)}/{name}.html", caption=f"../report/{caption}.rst",
                                      category=category, labels={"item": name.replace("_", " "), "format": "table"})
     out["article_md"] = f"{tables_dir(results)}/article_tables.md"
+    out["noise_floor_json"] = f"{tables_dir(results)}/noise_floor.json"
+    out["cost_model_md"] = f"{tables_dir(results)}/cost_model.md"
     return out
 
 

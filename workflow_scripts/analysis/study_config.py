@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workflow_scripts.analysis.stats import Bootstrap
+from workflow_scripts.client.cohorts import twin_name
+from workflow_scripts.moe.ab import MOE_AB, moe_pairs
 
 DEFAULT_BANDS = {"low": [1, 4], "mid": [16], "high": [32, 64]}
 
@@ -26,23 +28,31 @@ class StudyConfig:
     bands: dict[str, list[int]] = field(default_factory=lambda: dict(DEFAULT_BANDS))
     tie_tolerance: float = 0.01
     external: list[dict[str, str]] = field(default_factory=list)
+    twin: str | None = None  # the control's A/A twin (benchmark.aa_control), reported apart from the settings
+    precision_pct: float = 3.0
+    predict_max_steps: int = 6  # the cost model predicts steps 1..this (cost_model.py)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> StudyConfig:
-        """Build from a full study config (keys ``settings``, ``workloads``, ``analysis``)."""
+        """Build from a full study config (keys ``settings``, ``workloads``, ``analysis``, ``benchmark``)."""
         if "settings" not in config:
             raise ValueError("study config: missing key 'settings'")
         analysis = dict(config.get("analysis") or {})
         settings = {name: dict(args or {}) for name, args in config["settings"].items()}
+        bench = dict(config.get("benchmark") or {})
+        baseline = analysis.get("baseline", "baseline")
         out = cls(
             settings=settings,
             workloads={name: dict(w or {}) for name, w in (config.get("workloads") or {}).items()},
-            baseline=analysis.get("baseline", "baseline"),
+            baseline=baseline,
             pairwise=analysis.get("pairwise", "auto"),
             bootstrap=Bootstrap(**(analysis.get("bootstrap") or {})),
             bands={str(k): [int(c) for c in v] for k, v in (analysis.get("bands") or DEFAULT_BANDS).items()},
             tie_tolerance=float(analysis.get("tie_tolerance", 0.01)),
             external=list(analysis.get("external") or []),
+            twin=twin_name(baseline) if bench.get("aa_control", True) else None,
+            precision_pct=float(bench.get("precision_pct", 3.0)),
+            predict_max_steps=int(analysis.get("predict_max_steps", 6)),
         )
         out._validate()
         return out
@@ -52,6 +62,8 @@ class StudyConfig:
         return cls.from_dict(json.loads(text))
 
     def _validate(self) -> None:
+        if self.predict_max_steps < 1:
+            raise ValueError(f"analysis.predict_max_steps: must be >= 1, got {self.predict_max_steps}")
         if self.baseline not in self.settings:
             raise ValueError(f"analysis.baseline: {self.baseline!r} is not a setting ({', '.join(self.settings)})")
         if self.pairwise != "auto":
@@ -87,9 +99,11 @@ class StudyConfig:
         return pairs
 
     def comparisons(self) -> list[tuple[str, str, str]]:
-        """(kind, baseline, candidate): every setting against the baseline, then the pairwise steps."""
+        """(kind, baseline, candidate): every setting against the baseline, the pairwise steps, and each MoE A/B
+        pair (default as the baseline, tuned as the candidate)."""
         vs_base = [("vs_baseline", self.baseline, s) for s in self.settings if s != self.baseline]
-        return vs_base + [("pairwise", a, b) for a, b in self.pairs()]
+        moe = [(MOE_AB, default, tuned) for tuned, default, _ in moe_pairs(self.settings)]
+        return vs_base + [("pairwise", a, b) for a, b in self.pairs()] + moe
 
     def workloads_of_kind(self, kind: str) -> list[str]:
         return [name for name, w in self.workloads.items() if w.get("kind") == kind]

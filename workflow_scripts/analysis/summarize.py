@@ -1,6 +1,7 @@
 """Per setting × workload × concurrency summary of the measured requests, and of external tables.
 
-Throughput: median over repeats of each repeat's value, with a bootstrap CI over repeats.
+Throughput: median over rounds of each round's value, with a bootstrap CI over rounds (an absolute figure, pooled
+over the cohorts that measured the setting; comparisons between settings are paired by round, analysis/paired.py).
 Latencies and acceptance: pooled over the ok, non-warm-up requests of all repeats.
 """
 
@@ -44,7 +45,7 @@ def summarize_measured(requests: pd.DataFrame, cells: pd.DataFrame, bootstrap: B
         finish = ok["finish_reason"].dropna()
         rows.append({
             "source": MEASURED, **dict(zip(GROUP_KEYS, key)),
-            "n_repeats": int(group_cells["repeat"].nunique()),
+            "n_repeats": int(len(group_cells)),  # rounds, over every cohort that measured the setting
             "n_ok": int(group_cells["n_ok"].sum()), "n_err": int(group_cells["n_err"].sum()),
             "per_request_tok_s_median": per_req[0], "per_request_tok_s_ci_low": per_req[1],
             "per_request_tok_s_ci_high": per_req[2],
@@ -76,13 +77,14 @@ def summarize_external(external: pd.DataFrame) -> pd.DataFrame:
 
 
 def improvement_values(cells: pd.DataFrame, external: pd.DataFrame) -> pd.DataFrame:
-    """One row per repeat (measured) or per cell (external) with the two throughput metrics."""
+    """One row per round (measured: keyed by cohort and repeat, for pairing) or per cell (external: one round)."""
     measured = pd.DataFrame({
         "source": MEASURED, "setting": cells["setting"], "workload": cells["workload"],
-        "concurrency": cells["concurrency"], "per_request_tok_s": cells["per_request_tok_s_median"],
-        "aggregate_tok_s": cells["aggregate_tok_s"],
+        "concurrency": cells["concurrency"], "cohort": cells["cohort"], "repeat": cells["repeat"],
+        "per_request_tok_s": cells["per_request_tok_s_median"], "aggregate_tok_s": cells["aggregate_tok_s"],
     })
     ext = external[["source", "setting", "workload", "concurrency", "per_request_tok_s", "aggregate_tok_s"]]
+    ext = ext.assign(cohort="external", repeat=0)
     return pd.concat([measured, ext], ignore_index=True) if len(ext) else measured
 
 

@@ -1,7 +1,7 @@
 """The study's plain-language summary: headline, recommendation, synthetic-vs-realistic gap, lossless check.
 
     python -m workflow_scripts.analysis.summary --config-json JSON --study NAME --tables-dir results/S/tables \
-        --out results/S/summary.md --html results/S/tables/summary.html
+        --cohort-meta results/S/benchmark/*.json --out results/S/summary.md --html results/S/tables/summary.html
 
 Writes summary.md (standalone) and the same text as HTML for the Snakemake report, then prints the
 article-style tables so that they close the run's output.
@@ -10,6 +10,7 @@ article-style tables so that they close the run's output.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from markdown_it import MarkdownIt
 
 from workflow_scripts.analysis.gap import gap_sentence
 from workflow_scripts.analysis.improvement import METRICS, fmt_improvement, fmt_pct, fmt_tok_s, to_markdown
+from workflow_scripts.analysis.measurement import aa_markdown, design_lines, floor_sentence
+from workflow_scripts.analysis.noise import read_cohort_meta
+from workflow_scripts.analysis.paired import REAL
 from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
 from workflow_scripts.analysis.study_config import StudyConfig
 
@@ -28,14 +32,21 @@ def _read(tables_dir: Path, name: str) -> pd.DataFrame:
 
 
 def headline(improvement: pd.DataFrame, summary: pd.DataFrame, settings: list[str]) -> list[str]:
-    """Per workload: the best setting against the baseline at the lowest and highest concurrency measured."""
+    """Per workload: the best setting against the baseline at the lowest and highest concurrency measured. Only a
+    real improvement (paired CI excludes 0, beyond the noise floor) is called best; otherwise the line says so."""
     lines = []
     vs_base = improvement[(improvement["source"] == "measured") & (improvement["kind"] == "vs_baseline")
                           & (improvement["metric"] == "per_request_tok_s")].dropna(subset=["improvement_pct"])
     for workload, group in vs_base.groupby("workload", sort=True):
         for conc in sorted({group["concurrency"].min(), group["concurrency"].max()}):
             at_c = group[group["concurrency"] == conc]
-            best = at_c.loc[at_c["improvement_pct"].idxmax()]
+            real = at_c[at_c["verdict"] == REAL]
+            if real.empty or real["improvement_pct"].max() <= 0:
+                top = at_c.loc[at_c["improvement_pct"].idxmax()]
+                lines.append(f"- **{workload}, concurrency {conc}**: no setting is faster than the baseline beyond "
+                             f"the noise (largest: `{top['candidate']}` {fmt_improvement(top)}).")
+                continue
+            best = real.loc[real["improvement_pct"].idxmax()]
             agg = improvement[(improvement["source"] == "measured") & (improvement["kind"] == "vs_baseline")
                               & (improvement["metric"] == "aggregate_tok_s") & (improvement["workload"] == workload)
                               & (improvement["concurrency"] == conc) & (improvement["candidate"] == best["candidate"])]
@@ -83,9 +94,20 @@ def recommendation_lines(rec: pd.DataFrame) -> str:
                      "metric": METRICS.get(r.metric, r.metric),
                      "recommended": r.recommended if isinstance(r.recommended, str) and r.recommended else "— (none)",
                      "score × baseline": "—" if not np.isfinite(r.score_vs_baseline) else f"{r.score_vs_baseline:.2f}",
+                     "vs baseline": r.verdict if isinstance(r.verdict, str) else "",
                      "tied with": r.tied_with if isinstance(r.tied_with, str) else "",
-                     "never recommended": r.excluded if isinstance(r.excluded, str) else ""})
+                     "never recommended": r.excluded if isinstance(r.excluded, str) else "",
+                     **_predicted_cell(r)})
     return to_markdown(pd.DataFrame(rows)) if rows else "No band has data."
+
+
+def _predicted_cell(r) -> dict[str, str]:
+    """The cost model's best steps, with its stated error beside it (absent when the model was skipped)."""
+    best = getattr(r, "predicted_best_steps", None)
+    if not isinstance(best, str) or not best:
+        return {}
+    error = getattr(r, "predicted_error_pct", np.nan)
+    return {"predicted best steps": best + (f" (±{error:.0f}%)" if np.isfinite(error) and error > 0 else "")}
 
 
 def lossless_lines(lossless: pd.DataFrame, baseline: str) -> list[str]:
@@ -115,8 +137,10 @@ def eos_lines(summary: pd.DataFrame, cfg: StudyConfig) -> list[str]:
     return lines
 
 
-def render(cfg: StudyConfig, study: str, tables_dir: Path) -> str:
+def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) -> str:
     summary, improvement = _read(tables_dir, "summary"), _read(tables_dir, "improvement")
+    aa, precision = _read(tables_dir, "aa"), _read(tables_dir, "precision")
+    floor = json.loads((tables_dir / "noise_floor.json").read_text())
     gap, rec = _read(tables_dir, "gap"), _read(tables_dir, "recommendation")
     lossless = _read(tables_dir, "lossless")
     articles = (tables_dir / "article_tables.md").read_text(encoding="utf-8")
@@ -129,13 +153,19 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path) -> str:
     })) if len(gap_rows) else ""
     parts = [
         f"# Study `{study}`: speculative decoding against `{cfg.baseline}`", "",
-        "Throughput is the median over repeats; brackets give the 95% bootstrap CI over repeats, and "
-        "“≈ noise” marks a difference whose CI includes 0. — means no data (every request failed), never 0.", "",
+        "Throughput is the median over rounds. Every comparison pairs cells measured in the same round (a round "
+        "measures one cell on every setting); brackets give the 95% CI of the geometric-mean ratio over rounds "
+        "(a t interval on the log ratios), and “≈ noise” marks a difference that is not *real*: its CI includes 0, "
+        "or it is within the A/A noise floor. — means no data (every request failed, or the two settings share no "
+        "round), never 0.", "",
         "## Headline", *headline(improvement, summary, list(cfg.settings)), "",
+        "## How it was measured", "", floor_sentence(floor, aa), "", *design_lines(metas, precision), "",
+        *(["A/A differences (twin vs control, paired by round):", "", aa_markdown(aa), ""] if len(aa) else []),
         "## Recommendation", "",
         "Per concurrency band and workload, the setting with the highest median − 1.4826·MAD of its tok/s; "
         f"scores within {cfg.tie_tolerance:.0%} tie and go to fewer speculative steps; a setting with errors is "
-        "never recommended.", "", recommendation_lines(rec), "",
+        "never recommended. *vs baseline* says whether the pick beats the baseline for real (paired, beyond the "
+        "noise floor) at every concurrency of the band.", "", recommendation_lines(rec), "",
         "## Synthetic vs realistic workload", "", gap_sentence(gap), "", gap_md, "",
         "## Lossless check (temperature 0)", "", *lossless_lines(lossless, cfg.baseline), "",
     ]
@@ -144,6 +174,11 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path) -> str:
         parts += ["## Against external results", "",
                   "The same comparison, workload and concurrency in an external table (e.g. the seed article, "
                   "measured on GPUs) and in this study:", "", external, ""]
+    cost_model = (tables_dir / "cost_model.md").read_text(encoding="utf-8").strip()
+    if cost_model:
+        parts += ["## Cost model: acceptance by position, and what other steps would do", "",
+                  "Fitted to this study's own cells (`workflow_scripts/analysis/cost_model.py`); predictions carry "
+                  "their leave-one-setting-out error.", "", cost_model, ""]
     eos = eos_lines(summary, cfg)
     if eos:
         parts += ["## How realistic answers ended", "", *eos, ""]
@@ -162,10 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-json", required=True)
     parser.add_argument("--study", required=True)
     parser.add_argument("--tables-dir", type=Path, required=True)
+    parser.add_argument("--cohort-meta", nargs="*", type=Path, default=[], help="benchmark/{cohort}.json files")
     parser.add_argument("--out", type=Path, required=True, help="summary.md")
     parser.add_argument("--html", type=Path, required=True, help="the same summary as HTML for the report")
     args = parser.parse_args(argv)
-    markdown = render(StudyConfig.from_json(args.config_json), args.study, args.tables_dir)
+    markdown = render(StudyConfig.from_json(args.config_json), args.study, args.tables_dir,
+                      read_cohort_meta(args.cohort_meta))
     atomic_write_text(args.out, markdown)
     atomic_write_text(args.html, to_html(markdown, f"Summary of {args.study}"))
     print((args.tables_dir / "article_tables.md").read_text(encoding="utf-8"))

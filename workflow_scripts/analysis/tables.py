@@ -1,15 +1,21 @@
 """Build every table of the study from the per-request records and the external CSVs.
 
     python -m workflow_scripts.analysis.tables --config-json '{"settings": ..., "workloads": ..., "analysis": ...}' \
-        --requests results/S/requests/*.parquet --out-dir results/S/tables
+        --requests results/S/requests/*.parquet --cohort-meta results/S/benchmark/*.json --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless and latency_quantiles as CSV, and HTML views for the report.
+recommendation, recommendation_scores, lossless, latency_quantiles, aa and precision as CSV, noise_floor.json, the
+cost model's acceptance_by_position, cost_model_params, cost_model_predictions, cost_model_validation (CSV) and
+cost_model.md, and HTML views for the report. The control's A/A twin appears only in aa.csv, the noise floor and
+cells.csv.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,11 +23,13 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from workflow_scripts.analysis.cost_model import CostModelReport, add_predicted_best, analyse, floor_text
 from workflow_scripts.analysis.external import load_external
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
 from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
 from workflow_scripts.analysis.lossless import lossless_table
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table, load_requests
+from workflow_scripts.analysis.noise import aa_table, noise_floor, precision_table, read_cohort_meta
 from workflow_scripts.analysis.output import atomic_write_text, html_page, write_csv
 from workflow_scripts.analysis.recommend import recommend, score_table
 from workflow_scripts.analysis.study_config import StudyConfig
@@ -35,8 +43,8 @@ def load_externals(cfg: StudyConfig) -> pd.DataFrame:
         columns=["source", "setting", "workload", "concurrency", "per_request_tok_s", "aggregate_tok_s"])
 
 
-def article_tables(summary: pd.DataFrame, improvement: pd.DataFrame,
-                   cfg: StudyConfig) -> list[tuple[str, pd.DataFrame]]:
+def article_tables(summary: pd.DataFrame, improvement: pd.DataFrame, cfg: StudyConfig,
+                   aa: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
     """(heading, table) per source × workload × metric, in the article's layout."""
     out = []
     comparisons = [(b, c) for _, b, c in cfg.comparisons()]
@@ -45,7 +53,8 @@ def article_tables(summary: pd.DataFrame, improvement: pd.DataFrame,
         settings = [s for s in cfg.settings if s in present] + sorted(present - set(cfg.settings))
         pairs = [(b, c) for b, c in comparisons if b in present and c in present]
         for metric, label in METRICS.items():
-            table = article_table(summary, improvement, source, workload, metric, settings, pairs)
+            table = article_table(summary, improvement, source, workload, metric, settings, pairs,
+                                  aa if source == MEASURED else None)
             out.append((f"{workload}: {label} (source: {source})", table))
     return out
 
@@ -64,6 +73,19 @@ class StudyTables:
     recommendation_scores: pd.DataFrame
     lossless: pd.DataFrame
     latency_quantiles: pd.DataFrame
+    cost_model: CostModelReport
+    aa: pd.DataFrame
+    noise_floor: dict
+    precision: pd.DataFrame
+
+    @property
+    def floor_sentence(self) -> str:
+        floor = self.noise_floor["noise_floor_pct"]
+        if floor is None:
+            return "No A/A twin was measured: an improvement is real when its paired CI excludes 0."
+        return (f"Noise floor (95th percentile of |A/A difference| over cells): ±{floor:.1f}%, design "
+                f"{self.noise_floor['schedule']}, at least {self.noise_floor['rounds']} rounds per cell. An "
+                "improvement is real only when its paired CI excludes 0 and it exceeds the floor.")
 
     @property
     def article_markdown(self) -> str:
@@ -75,49 +97,73 @@ class StudyTables:
         return {"summary": self.summary, "cells": self.cells, "improvement": self.improvement,
                 "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
                 "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
-                "latency_quantiles": self.latency_quantiles}
+                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision,
+                "acceptance_by_position": self.cost_model.acceptance, "cost_model_params": self.cost_model.params,
+                "cost_model_predictions": self.cost_model.predictions,
+                "cost_model_validation": self.cost_model.validation}
 
     def html_views(self) -> dict[str, str]:
         return {
             "summary": html_page("Summary per source × setting × workload × concurrency", [("", self.summary)]),
-            "improvement": html_page("Improvement against the baseline and pairwise, with bootstrap CI",
-                                     [("", self.improvement)]),
+            "improvement": html_page("Improvement against the baseline and pairwise, paired by round, with verdict",
+                                     [("", self.improvement)], self.floor_sentence),
+            "aa": html_page("A/A control: the baseline's twin against the baseline, paired by round",
+                            [("A/A", self.aa), ("Precision reached per cell", self.precision)],
+                            self.floor_sentence),
             "article_tables": html_page("The article's tables", self.articles),
             "gap": html_page("Synthetic vs realistic speedup", [("", self.gap)], self.gap_sentence),
             "recommendation": html_page("Recommendation per concurrency band × workload",
                                         [("Recommendation", self.recommendation),
                                          ("All scores", self.recommendation_scores)]),
             "lossless": html_page("Lossless check at temperature 0", [("", self.lossless)]),
+            "acceptance_by_position": html_page("Acceptance by draft position (95% CI over requests)",
+                                                [("", self.cost_model.acceptance)]),
+            "cost_model": html_page("Cost model: leave-one-setting-out validation, predictions, parameters",
+                                    [("Validation", self.cost_model.validation),
+                                     ("Predictions", self.cost_model.predictions),
+                                     ("Parameters", self.cost_model.params)], self.cost_model.markdown),
         }
 
     def write(self, out_dir: Path) -> None:
         for name, frame in self.csvs().items():
             write_csv(frame, out_dir / f"{name}.csv")
         atomic_write_text(out_dir / "article_tables.md", self.article_markdown)
+        atomic_write_text(out_dir / "cost_model.md", self.cost_model.markdown)
         for name, page in self.html_views().items():
             atomic_write_text(out_dir / f"{name}.html", page)
+        atomic_write_text(out_dir / "noise_floor.json", json.dumps(self.noise_floor, indent=1) + "\n")
 
 
-def build(cfg: StudyConfig, request_paths: list[Path]) -> StudyTables:
-    """Compute all tables from the per-request files and the configured external CSVs."""
-    with tqdm(total=5, desc="analysis tables", unit="step") as steps:
-        requests = add_request_metrics(load_requests(request_paths))
-        cells = cell_table(requests)
+def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = ()) -> StudyTables:
+    """Compute all tables from the per-request files, the cohorts' meta files and the configured external CSVs."""
+    with tqdm(total=6, desc="analysis tables", unit="step") as steps:
+        all_requests = add_request_metrics(load_requests(request_paths))
+        all_cells = cell_table(all_requests)
+        requests = all_requests[all_requests["setting"] != cfg.twin]
+        cells = all_cells[all_cells["setting"] != cfg.twin]
+        metas = read_cohort_meta(list(meta_paths))
         steps.update()
         external = load_externals(cfg)
         summary = pd.concat([summarize_measured(requests, cells, cfg.bootstrap), summarize_external(external)],
                             ignore_index=True).astype({"n_repeats": "Int64", "n_ok": "Int64", "n_err": "Int64"})
         steps.update()
-        improvement = improvements(improvement_values(cells, external), cfg.comparisons(), cfg.bootstrap)
+        aa = aa_table(improvement_values(all_cells, external), cfg.baseline, cfg.twin)
+        floor = noise_floor(aa, metas, cfg.twin)
+        floor_pct = math.nan if floor["noise_floor_pct"] is None else floor["noise_floor_pct"]
+        improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct)
         gap = gap_table(improvement, cfg)
         steps.update()
         scores = score_table(requests, cells, cfg)
         steps.update()
+        cost = analyse(requests, summary, cfg, *floor_text(floor))
+        steps.update()
         tables = StudyTables(
-            summary=summary, cells=cells, improvement=improvement,
-            articles=article_tables(summary, improvement, cfg), gap=gap, gap_sentence=gap_sentence(gap),
-            recommendation=recommend(scores, cfg), recommendation_scores=scores,
-            lossless=lossless_table(requests, cfg.baseline), latency_quantiles=latency_quantiles(requests))
+            summary=summary, cells=all_cells, improvement=improvement,
+            articles=article_tables(summary, improvement, cfg, aa), gap=gap, gap_sentence=gap_sentence(gap),
+            recommendation=add_predicted_best(recommend(scores, cfg, improvement), cost, cfg),
+            recommendation_scores=scores, lossless=lossless_table(requests, cfg.baseline),
+            latency_quantiles=latency_quantiles(requests), cost_model=cost,
+            aa=aa, noise_floor=floor, precision=precision_table(metas))
         steps.update()
     return tables
 
@@ -126,10 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config-json", required=True, help="study config as JSON (settings, workloads, analysis)")
     parser.add_argument("--requests", nargs="+", type=Path, required=True, help="requests/{setting}.parquet files")
+    parser.add_argument("--cohort-meta", nargs="*", type=Path, default=[], help="benchmark/{cohort}.json files")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        tables = build(StudyConfig.from_json(args.config_json), args.requests)
+        tables = build(StudyConfig.from_json(args.config_json), args.requests, args.cohort_meta)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -26,6 +27,8 @@ class CellPlan:
     api: str = "generate"
     request_timeout_s: float = 300.0
     model: str = "default"
+    incremental: bool = False  # the server streams deltas (--incremental-streaming-output)
+    api_key: str | None = None  # the server's --api-key, if it has one
 
     @property
     def total(self) -> int:
@@ -50,23 +53,44 @@ def sampling_params(workload: dict) -> dict:
     }
 
 
-async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str) -> CellResult:
+# a liveness check that runs beside a cell and raises when the server is gone or hung (run_cohort.watch)
+Watchdog = Callable[[aiohttp.ClientSession], Awaitable[None]]
+
+
+async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str,
+                         watchdog: Watchdog | None = None) -> CellResult:
     counter = itertools.count()
     records: list[RequestRecord] = []
 
     async def worker(session: aiohttp.ClientSession) -> None:
         while (i := next(counter)) < plan.total:
             prompt = prompts[i % len(prompts)]
-            records.append(await send(session, base_url, plan.api, prompt, params, f"{tag}-{i}", plan.model))
+            records.append(
+                await send(
+                    session, base_url, plan.api, prompt, params, f"{tag}-{i}", plan.model, plan.incremental, plan.api_key
+                )
+            )
 
     timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=plan.concurrency)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        await asyncio.gather(*(worker(session) for _ in range(plan.concurrency)))
+        work = asyncio.ensure_future(asyncio.gather(*(worker(session) for _ in range(plan.concurrency))))
+        watch = asyncio.ensure_future(watchdog(session)) if watchdog else None
+        try:
+            done, _ = await asyncio.wait({work, watch} - {None}, return_when=asyncio.FIRST_COMPLETED)
+            if watch in done:
+                watch.result()  # raises: the server died or hung; the cell's requests are cancelled below
+            await work
+        finally:
+            tasks = [task for task in (work, watch) if task is not None]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)  # retrieved: no "never retrieved" noise
     warmup_ids = {f"{tag}-{i}" for i in range(plan.warmup)}
     return CellResult(records, warmup_ids, time.perf_counter() - wall0, time.process_time() - cpu0)
 
 
-def run_cell(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str) -> CellResult:
-    return asyncio.run(run_cell_async(base_url, plan, prompts, params, tag))
+def run_cell(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str,
+             watchdog: Watchdog | None = None) -> CellResult:
+    return asyncio.run(run_cell_async(base_url, plan, prompts, params, tag, watchdog))

@@ -30,11 +30,13 @@ def load_tokenizer(model_dir: Path) -> Tokenizer:
 
 
 def synthetic_prompts(tokenizer: Tokenizer, num_prompts: int, input_len: int, seed: int) -> list[Prompt]:
-    """Random ids drawn from the ordinary (non-special) vocabulary, so no prompt contains an EOS."""
+    """Random ids drawn from the ordinary (non-special) vocabulary, so no prompt contains an EOS. Each also
+    carries its decoded text, for the chat API (a message is text; the ids go to /generate and /v1/completions)."""
     special = {tok_id for tok_id, tok in tokenizer.get_added_tokens_decoder().items() if tok.special}
     vocab = sorted(set(range(tokenizer.get_vocab_size())) - special)
     rng = random.Random(seed)
-    return [Prompt(i, input_ids=[rng.choice(vocab) for _ in range(input_len)]) for i in range(num_prompts)]
+    id_lists = [[rng.choice(vocab) for _ in range(input_len)] for _ in range(num_prompts)]
+    return [Prompt(i, input_ids=ids, text=tokenizer.decode(ids)) for i, ids in enumerate(id_lists)]
 
 
 def definition_head(doc: str) -> str:

@@ -1,12 +1,14 @@
 """One streamed request against an SGLang-compatible server, timed chunk by chunk.
 
 Speaks SGLang's native `POST /generate` (the default: it returns per-request `meta_info` with the
-speculation counters) and OpenAI's `POST /v1/completions`. All timestamps come from `time.perf_counter()`,
+speculation counters), OpenAI's `POST /v1/completions` (api `openai`) and `POST /v1/chat/completions` (api `chat`:
+the prompt's text as one user message, which the server wraps in the model's chat template). All timestamps come from `time.perf_counter()`,
 one monotonic clock per process.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import time
@@ -33,6 +35,10 @@ class RequestRecord:
     finish_reason: str | None = None
     spec_verify_ct: int | None = None
     accept_length: float | None = None
+    # SGLang's per-request speculation counts, None when the server does not report them (no speculation)
+    spec_correct_drafts_histogram: list[int] | None = None
+    spec_num_correct_drafts: int | None = None
+    spec_num_proposed_drafts: int | None = None
     output_ids: list[int] = field(default_factory=list)
     text: str = ""
     error: str | None = None
@@ -68,6 +74,14 @@ def completions_payload(prompt: Prompt, params: dict, model: str) -> dict:
     }
 
 
+def chat_payload(prompt: Prompt, params: dict, model: str) -> dict:
+    if prompt.text is None:
+        raise ValueError(f"prompt {prompt.prompt_id}: the chat API needs the prompt's text, it has only token ids")
+    body = completions_payload(prompt, params, model)
+    del body["prompt"]
+    return {**body, "messages": [{"role": "user", "content": prompt.text}]}
+
+
 async def _sse_events(resp: aiohttp.ClientResponse):
     """Yield the JSON payload of each `data:` line until `data: [DONE]`."""
     async for raw in resp.content:
@@ -80,7 +94,9 @@ async def _sse_events(resp: aiohttp.ClientResponse):
         yield json.loads(data)
 
 
-def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float, incremental: bool = False) -> None:
+    """Fold one /generate chunk into the record; `incremental`: the server streams deltas
+    (SGLang's --incremental-streaming-output), else each chunk carries the whole text and output_ids so far."""
     meta = chunk.get("meta_info", {})
     done = meta.get("completion_tokens", 0)
     seen = sum(rec.chunk_tokens)
@@ -90,9 +106,12 @@ def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
         rec.chunk_ts.append(now)
         rec.chunk_tokens.append(done - seen)
     ids = chunk.get("output_ids") or []
-    # SGLang streams output_ids cumulatively in some versions and incrementally in others.
-    rec.output_ids = list(ids) if len(ids) == done else rec.output_ids + list(ids)
-    rec.text = chunk.get("text", rec.text)
+    if incremental:
+        rec.output_ids.extend(ids)
+        rec.text += chunk.get("text", "")
+    else:
+        rec.output_ids = list(ids)
+        rec.text = chunk.get("text", rec.text)
     rec.prompt_tokens = meta.get("prompt_tokens", rec.prompt_tokens)
     rec.output_tokens = done
     reason = meta.get("finish_reason")
@@ -103,34 +122,62 @@ def _on_generate_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
     if "spec_verify_ct" in meta:
         rec.spec_verify_ct = meta["spec_verify_ct"]
         rec.accept_length = meta.get("spec_accept_length") or (done / meta["spec_verify_ct"] if meta["spec_verify_ct"] else None)
+        rec.spec_correct_drafts_histogram = meta.get("spec_correct_drafts_histogram", rec.spec_correct_drafts_histogram)
+        rec.spec_num_correct_drafts = meta.get("spec_num_correct_drafts", rec.spec_num_correct_drafts)
+        rec.spec_num_proposed_drafts = meta.get("spec_num_proposed_drafts", rec.spec_num_proposed_drafts)
 
 
-def _on_completions_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+def _on_openai_chunk(rec: RequestRecord, chunk: dict, now: float, text_of) -> None:
     usage = chunk.get("usage")
     if usage:
         rec.prompt_tokens = usage.get("prompt_tokens")
         rec.output_tokens = usage.get("completion_tokens")
     for choice in chunk.get("choices", []):
-        if choice.get("text"):
+        text = text_of(choice)
+        if text:
             if rec.first_token_ts is None:
                 rec.first_token_ts = now
             rec.chunk_ts.append(now)
-            rec.text += choice["text"]
+            rec.text += text
         if choice.get("finish_reason"):
             rec.finish_reason = choice["finish_reason"]
 
 
+def _on_completions_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+    _on_openai_chunk(rec, chunk, now, lambda choice: choice.get("text"))
+
+
+def _on_chat_chunk(rec: RequestRecord, chunk: dict, now: float) -> None:
+    _on_openai_chunk(rec, chunk, now, lambda choice: (choice.get("delta") or {}).get("content"))
+
+
 async def send(
-    session: aiohttp.ClientSession, base_url: str, api: str, prompt: Prompt, params: dict, request_id: str, model: str
+    session: aiohttp.ClientSession,
+    base_url: str,
+    api: str,
+    prompt: Prompt,
+    params: dict,
+    request_id: str,
+    model: str,
+    incremental: bool = False,
+    api_key: str | None = None,
 ) -> RequestRecord:
-    """Send one streaming request; never raises for a server-side failure: the error text lands in the record."""
+    """Send one streaming request; never raises for a server-side failure: the error text lands in the record.
+
+    `incremental`: the server was started with --incremental-streaming-output (the record is the same either way).
+    `api_key`: sent as `Authorization: Bearer` (the server's --api-key).
+    """
     if api == "generate":
-        url, body, on_chunk = f"{base_url}/generate", generate_payload(prompt, params), _on_generate_chunk
+        url, body = f"{base_url}/generate", generate_payload(prompt, params)
+        on_chunk = functools.partial(_on_generate_chunk, incremental=incremental)
+    elif api == "chat":
+        url, body, on_chunk = f"{base_url}/v1/chat/completions", chat_payload(prompt, params, model), _on_chat_chunk
     else:
         url, body, on_chunk = f"{base_url}/v1/completions", completions_payload(prompt, params, model), _on_completions_chunk
     rec = RequestRecord(request_id=request_id, prompt_id=prompt.prompt_id, send_ts=time.perf_counter())
     try:
-        async with session.post(url, json=body) as resp:
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        async with session.post(url, json=body, headers=headers) as resp:
             if resp.status != 200:
                 rec.error = f"HTTP {resp.status}: {(await resp.text())[:500]}"
             else:

@@ -98,6 +98,13 @@ def _finish_check(seq: Sequence, token: int, eos: frozenset[int], context_length
     return None
 
 
+def _count_correct_drafts(histogram: list[int], correct: int) -> None:
+    """SGLang's `Req.update_spec_correct_drafts_histogram`: bucket = accepted drafts (no bonus), grown on demand."""
+    if len(histogram) <= correct:
+        histogram.extend([0] * (correct + 1 - len(histogram)))
+    histogram[correct] += 1
+
+
 class Engine:
     """Continuous-batching CPU engine for a Qwen3(-MoE) target with optional speculation.
 
@@ -381,6 +388,7 @@ class Engine:
             spec_verify_ct=seq.verify_ct,
             spec_accepted_drafts=seq.accepted,
             spec_proposed_drafts=seq.proposed,
+            spec_correct_drafts_histogram=tuple(seq.correct_drafts_histogram),
         )
         try:
             seq.sink(event)
@@ -482,5 +490,6 @@ class Engine:
             seq.verify_ct += 1
             seq.accepted += m
             seq.proposed += n
+            _count_correct_drafts(seq.correct_drafts_histogram, m)
             seq.draft_len = min(seq.draft_len, committed_before + m)
             self._commit(seq, row[:m] + [tok])

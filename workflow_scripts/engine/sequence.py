@@ -27,6 +27,7 @@ class Sequence:
     verify_ct: int = 0
     accepted: int = 0
     proposed: int = 0
+    correct_drafts_histogram: list[int] = field(default_factory=list)  # [i] = verifies that accepted i drafts
     stop_ids: frozenset[int] = field(default_factory=frozenset)
     finished: bool = False
 

@@ -78,3 +78,6 @@ class TokenEvent:
     spec_verify_ct: int  # target verify forwards for this request so far (0 when not speculating)
     spec_accepted_drafts: int
     spec_proposed_drafts: int
+    # SGLang's spec_correct_drafts_histogram: [i] = verify forwards that accepted exactly i drafts (bonus token
+    # not counted); as long as the largest count seen + 1, so it sums to spec_verify_ct. () when not speculating.
+    spec_correct_drafts_histogram: tuple[int, ...] = ()

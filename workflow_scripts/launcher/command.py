@@ -7,6 +7,7 @@ which accepts the same flag names. Only this module and `process.py` know which 
 
 from __future__ import annotations
 
+import secrets
 import sys
 from dataclasses import dataclass
 
@@ -17,6 +18,7 @@ SPEC_KEYS = ("speculative_algorithm", *NUMBER_KEYS)
 # Setting keys that are study-side, not server flags.
 STUDY_KEYS = ("moe_config", "workloads", "extra_args", "speculative_draft_model_path", "max_running_requests")
 ALGORITHMS_WITH_DRAFT = ("STANDALONE", "EAGLE", "EAGLE3")
+LOOPBACK = "127.0.0.1"
 
 
 class SettingError(ValueError):
@@ -49,6 +51,16 @@ class ServerSpec:
     sglang_python: str = "python"
     tp_size: int = 1
     mem_fraction_static: float | None = None
+    incremental_streaming: bool = False  # --incremental-streaming-output: /generate streams deltas
+    enable_metrics: bool = True  # --enable-metrics: Prometheus /metrics, scraped around each cell
+    api_key: str | None = None  # --api-key: see server_api_key()
+
+
+def server_api_key(host: str) -> str | None:
+    """A fresh key for a server reachable beyond loopback (`server.host` not 127.0.0.1), None for a loopback one.
+
+    Fresh per launch: it protects the server while it runs and is never stored in a plan, a log or a result."""
+    return None if host == LOOPBACK else secrets.token_urlsafe(24)
 
 
 def build_command(spec: ServerSpec, setting: dict, port: int) -> list[str]:
@@ -73,6 +85,12 @@ def build_command(spec: ServerSpec, setting: dict, port: int) -> list[str]:
             if not draft:
                 raise SettingError(f"speculative_draft_model_path: {algorithm} needs a draft model and none is configured")
             argv += ["--speculative-draft-model-path", draft]
+    if spec.incremental_streaming:
+        argv.append("--incremental-streaming-output")
+    if spec.enable_metrics:
+        argv.append("--enable-metrics")
+    if spec.api_key:
+        argv += ["--api-key", spec.api_key]
     if spec.engine == "embedded" and spec.num_threads:
         argv += ["--num-threads", str(spec.num_threads)]
     if spec.engine == "sglang":

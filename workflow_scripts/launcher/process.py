@@ -39,6 +39,11 @@ def log_tail(path: Path, lines: int = 40) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def shown_command(argv: Sequence[str]) -> str:
+    """The command line for logs, with the value of --api-key hidden."""
+    return " ".join("<redacted>" if prev == "--api-key" else arg for prev, arg in zip(["", *argv], argv))
+
+
 def _get(url: str, timeout: float) -> int:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:
@@ -80,12 +85,12 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as out:
             self.log_offset = out.tell()
-            out.write(f"$ {' '.join(self.argv)}\n")
+            out.write(f"$ {shown_command(self.argv)}\n")
             out.flush()
             self.proc = subprocess.Popen(
                 self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
             )
-        log.info("started server pid %d: %s", self.proc.pid, " ".join(self.argv))
+        log.info("started server pid %d: %s", self.proc.pid, shown_command(self.argv))
         try:
             self.wait_ready()
         except BaseException:

@@ -2,6 +2,12 @@
 
 Byte-level so any prompt text encodes (no unknown tokens); EOS ends every document so the models
 learn to stop, and a pad token lets batched clients pad.
+
+Chat follows Qwen's base models: a ChatML template in tokenizer_config.json, whose `<|im_start|>` and `<|im_end|>`
+are special tokens (one id each, dropped by `skip_special_tokens`, never merged with the text around them), while
+EOS stays `<|endoftext|>`. They are trainer specials, so the ids are fixed (2 and 3) and the build deterministic;
+the stdlib corpus never contains them, so the model does not learn them: chat works, it does not make the model
+conversational.
 """
 
 from __future__ import annotations
@@ -14,7 +20,17 @@ from transformers import PreTrainedTokenizerFast
 
 EOS_TOKEN = "<|endoftext|>"
 PAD_TOKEN = "<|pad|>"
-SPECIAL_TOKENS = [EOS_TOKEN, PAD_TOKEN]  # ids 0 and 1
+IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+SPECIAL_TOKENS = [EOS_TOKEN, PAD_TOKEN, IM_START, IM_END]  # ids 0..3
+
+# ChatML as in Qwen2.5/Qwen3 base models' tokenizer_config.json, without tools or thinking: each message is
+# `<|im_start|>{role}\n{content}<|im_end|>\n`; the generation prompt opens the assistant's turn.
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
 
 
 def train_tokenizer(docs: list[str], vocab_size: int) -> Tokenizer:
@@ -51,9 +67,11 @@ def save_tokenizer(tok: Tokenizer, out_dir: Path) -> None:
 
     The class is recorded as PreTrainedTokenizerFast, not transformers 5's "TokenizersBackend", so that
     SGLang installs with transformers 4.x load it too (transformers 5 maps the old name to the new class).
+    The chat template goes into tokenizer_config.json, where every transformers version (and so SGLang) reads it.
     """
     as_transformers(tok).save_pretrained(out_dir)
     config_path = out_dir / "tokenizer_config.json"
     config = json.loads(config_path.read_text())
     config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config["chat_template"] = CHAT_TEMPLATE
     config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")

@@ -1,14 +1,14 @@
 """The measured end-to-end effect of the tuned MoE config, beside the roofline's prediction of it.
 
 For each pair of settings that differ only in `moe_config` (tuned vs default), and each workload and
-concurrency, the ratio of aggregate tok/s medians with a conservative interval from the two settings'
-own CIs (low = tuned low / default high, high = tuned high / default low). The forward that decodes at
+concurrency, the tuned/default ratio of aggregate tok/s paired by round, with its 95% CI and verdict against the
+A/A noise floor (the `moe_ab` rows of tables/improvement.csv, analysis/paired.py). The forward that decodes at
 concurrency C carries C·(draft tokens per step) tokens, which fixes the batch size whose roofline
 verdict is the prediction. "agrees": a memory-bound prediction sees no measurable difference (the
 interval spans 1); a compute-bound one only says tuning *can* help (the default may already be the
 best config), so it agrees unless the tuned config measured slower, which no prediction allows.
 
-CLI: python -m workflow_scripts.moe.ab --summary tables/summary.csv --roofline moe/roofline.csv
+CLI: python -m workflow_scripts.moe.ab --improvement tables/improvement.csv --roofline moe/roofline.csv
      --pair baseline:baseline_moe_default:1 ... --out moe/ab_vs_roofline.csv --plot moe/ab_vs_roofline.svg
 """
 
@@ -23,8 +23,9 @@ from workflow_scripts.moe.atomic import write_text_atomic
 from workflow_scripts.moe.model_shapes import MoeShape
 from workflow_scripts.moe.roofline import Device, roofline_row
 
-_NEEDED = ("source", "setting", "workload", "concurrency", "aggregate_tok_s_median", "aggregate_tok_s_ci_low",
-           "aggregate_tok_s_ci_high")
+_NEEDED = ("source", "kind", "baseline", "candidate", "workload", "concurrency", "metric", "baseline_value",
+           "candidate_value", "improvement_pct", "ci_low_pct", "ci_high_pct", "verdict")
+MOE_AB = "moe_ab"  # the improvement kind of (default, tuned) pairs
 
 
 def moe_pairs(settings: dict[str, dict]) -> list[tuple[str, str, int]]:
@@ -54,30 +55,27 @@ def _shape_and_device(roofline: pd.DataFrame) -> tuple[MoeShape, Device]:
     return shape, Device(row.device, float(row.peak_tflops), float(row.mem_bw_gbs), row.device_source)
 
 
-def ab_table(summary: pd.DataFrame, roofline: pd.DataFrame, pairs: list[tuple[str, str, int]]) -> pd.DataFrame:
-    """One row per pair x workload x concurrency with both measurements, their ratio and the prediction."""
-    missing = [c for c in _NEEDED if c not in summary.columns]
+def ab_table(improvement: pd.DataFrame, roofline: pd.DataFrame, pairs: list[tuple[str, str, int]]) -> pd.DataFrame:
+    """One row per pair x workload x concurrency with both measurements, their paired ratio and the prediction."""
+    missing = [c for c in _NEEDED if c not in improvement.columns]
     if missing:
-        raise ValueError(f"summary.csv: missing column(s) {missing}")
-    measured = summary[summary["source"] == "measured"]
+        raise ValueError(f"improvement.csv: missing column(s) {missing}")
+    ab = improvement[(improvement["source"] == "measured") & (improvement["kind"] == MOE_AB)
+                     & (improvement["metric"] == "aggregate_tok_s")]
     shape, device = _shape_and_device(roofline)
     rows = []
     for tuned, default, tokens in pairs:
-        t = measured[measured.setting == tuned].set_index(["workload", "concurrency"])
-        d = measured[measured.setting == default].set_index(["workload", "concurrency"])
-        for key in sorted(set(t.index) & set(d.index)):
-            tr, dr = t.loc[key], d.loc[key]
-            ratio = tr.aggregate_tok_s_median / dr.aggregate_tok_s_median
-            low = tr.aggregate_tok_s_ci_low / dr.aggregate_tok_s_ci_high
-            high = tr.aggregate_tok_s_ci_high / dr.aggregate_tok_s_ci_low
-            M = int(key[1]) * tokens
+        sel = ab[(ab["candidate"] == tuned) & (ab["baseline"] == default)].sort_values(["workload", "concurrency"])
+        for r in sel.itertuples():
+            ratio, low, high = (1 + x / 100 for x in (r.improvement_pct, r.ci_low_pct, r.ci_high_pct))
+            M = int(r.concurrency) * tokens
             pred = roofline_row(shape, device, M)
-            no_difference = low <= 1 <= high
+            no_difference = r.verdict != "real"
             memory_bound = pred["verdict"].startswith("memory")
             rows.append({
-                "tuned_setting": tuned, "default_setting": default, "workload": key[0], "concurrency": int(key[1]),
-                "tokens_per_forward": M,
-                "tuned_tok_s": tr.aggregate_tok_s_median, "default_tok_s": dr.aggregate_tok_s_median,
+                "tuned_setting": tuned, "default_setting": default, "workload": r.workload,
+                "concurrency": int(r.concurrency), "tokens_per_forward": M,
+                "tuned_tok_s": r.candidate_value, "default_tok_s": r.baseline_value,
                 "ratio": ratio, "ratio_ci_low": low, "ratio_ci_high": high,
                 "measured": "no measurable difference" if no_difference else ("tuned faster" if low > 1 else "tuned slower"),
                 "intensity_flop_per_byte": pred["intensity_flop_per_byte"],
@@ -86,7 +84,7 @@ def ab_table(summary: pd.DataFrame, roofline: pd.DataFrame, pairs: list[tuple[st
                 "agrees": bool(no_difference if memory_bound else high >= 1),
             })
     if not rows:
-        raise ValueError(f"summary.csv has no measured rows for both settings of any pair {pairs}")
+        raise ValueError(f"improvement.csv has no measured {MOE_AB} rows for any pair {pairs}")
     return pd.DataFrame(rows)
 
 
@@ -109,7 +107,7 @@ def ab_chart(table: pd.DataFrame):
 def main(argv: list[str] | None = None) -> None:
     """CLI entry point of the A/B rule."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--summary", type=Path, required=True)
+    parser.add_argument("--improvement", type=Path, required=True, help="the study's tables/improvement.csv")
     parser.add_argument("--roofline", type=Path, required=True)
     parser.add_argument("--pair", action="append", required=True, help="TUNED:DEFAULT:TOKENS_PER_SEQUENCE")
     parser.add_argument("--out", type=Path, required=True)
@@ -121,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
         if len(parts) != 3 or not parts[2].isdigit():
             parser.error(f"--pair {spec!r}: expected TUNED:DEFAULT:TOKENS")
         pairs.append((parts[0], parts[1], int(parts[2])))
-    table = ab_table(pd.read_csv(args.summary), pd.read_csv(args.roofline), pairs)
+    table = ab_table(pd.read_csv(args.improvement), pd.read_csv(args.roofline), pairs)
     write_text_atomic(args.out, table.to_csv(index=False))
     import vl_convert as vlc
 

@@ -1,7 +1,7 @@
 """Run one validated request through the engine and yield SGLang-shaped outputs, without blocking the event loop.
 
-The engine calls its sink from its own thread; `loop.call_soon_threadsafe` moves each TokenEvent onto a
-per-request asyncio.Queue. Events that piled up while the loop was busy are merged into one output, as SGLang's
+The engine runs in its own process; `EngineClient` puts each of a request's TokenEvents on an asyncio.Queue.
+Events that piled up while the loop was busy are merged into one output, as SGLang's
 tokenizer manager merges scheduler batches. Whatever ends the consumer (finish, stop string, disconnect,
 cancellation) aborts the engine request in `finally`, so a slot is never leaked.
 """
@@ -15,9 +15,11 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from workflow_scripts.engine.http_errors import RequestError
-from workflow_scripts.engine.server_text import OutputText
 from workflow_scripts.engine.types import SamplingParams, TokenEvent
+from workflow_scripts.server.engine_client import EngineClient
+from workflow_scripts.server.http_errors import RequestError
+from workflow_scripts.server.metrics import ServerMetrics
+from workflow_scripts.server.server_text import OutputText
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,8 @@ class PreparedRequest:
     stop_strs: tuple[str, ...] = ()
     no_stop_trim: bool = False
     skip_special_tokens: bool = True
-    stream_interval: int = 1
+    stream_interval: int | None = None  # None: the server's --stream-interval
+    log_metrics: bool = True  # False for the health check's probe, as in SGLang
     rid: str = field(default_factory=lambda: uuid.uuid4().hex)
 
 
@@ -60,35 +63,40 @@ class _ClientWatch:
 class Generator:
     """Bridges the thread-based engine to asyncio and builds SGLang's `{text, output_ids, meta_info}` outputs."""
 
-    def __init__(self, engine, decode: Callable[[list[int], bool], str], speculating: bool):
+    def __init__(
+        self,
+        engine: EngineClient,
+        decode: Callable[[list[int], bool], str],
+        speculating: bool,
+        stream_interval: int = 1,
+        metrics: ServerMetrics | None = None,
+    ):
         self.engine = engine
         self.decode = decode
         self.speculating = speculating
+        self.stream_interval = stream_interval
+        self.metrics = metrics
         self._in_flight: set[str] = set()
-        self.last_event_time = 0.0  # time.monotonic() of the latest engine event for any request
 
-    def _submit(self, req: PreparedRequest) -> asyncio.Queue[TokenEvent]:
+    @property
+    def last_event_time(self) -> float:
+        """time.monotonic() of the engine's latest event for any request."""
+        return self.engine.last_event_time
+
+    def _submit(self, req: PreparedRequest) -> tuple[asyncio.Queue, str]:
+        """Submit to the engine under a fresh engine id: the engine drops an aborted request only at its next
+        step, so a client that reuses its rid at once must not collide with it. Returns (queue, engine id)."""
         if req.rid in self._in_flight:
             raise RequestError("rid", f"{req.rid!r} is already in flight")
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-
-        def deliver(event: TokenEvent) -> None:  # runs on the event loop
-            self.last_event_time = time.monotonic()
-            queue.put_nowait(event)
-
-        def sink(event: TokenEvent) -> None:  # runs on the engine thread
-            try:
-                loop.call_soon_threadsafe(deliver, event)
-            except RuntimeError:  # loop already closed: the server is shutting down
-                pass
-
-        self.engine.submit(req.rid, req.input_ids, req.params, sink)
+        engine_rid = f"{req.rid}#{uuid.uuid4().hex[:12]}"
+        queue = self.engine.submit(engine_rid, req.input_ids, req.params)
         self._in_flight.add(req.rid)
-        return queue
+        return queue, engine_rid
 
-    async def _next_events(self, queue: asyncio.Queue[TokenEvent], client: _ClientWatch) -> list[TokenEvent] | None:
-        """The events queued so far (at least one), or None once the client has gone."""
+    async def _next_events(self, queue: asyncio.Queue, client: _ClientWatch) -> list[TokenEvent] | None:
+        """The events queued so far (at least one), or None once the client has gone.
+
+        Raises what the engine client queued instead of an event (EngineRefused, EngineDied)."""
         while True:
             try:
                 first = await asyncio.wait_for(queue.get(), DISCONNECT_POLL_S)
@@ -99,6 +107,9 @@ class Generator:
         events = [first]
         while not queue.empty():
             events.append(queue.get_nowait())
+        for item in events:
+            if isinstance(item, BaseException):
+                raise item
         return None if await client.gone() else events
 
     def _meta_info(
@@ -116,37 +127,57 @@ class Generator:
             return meta
         meta["e2e_latency"] = time.perf_counter() - t0
         if self.speculating and last.spec_verify_ct > 0:
-            proposed = last.spec_proposed_drafts
+            # SGLang's fill_spec_decoding_meta: proposed = verify forwards x (num_draft_tokens - 1), whatever the
+            # drafter found (an NGRAM miss still fills its verify width); correct drafts leave the bonus token out.
+            verify = last.spec_verify_ct
+            proposed = verify * (self.engine.spec.num_draft_tokens - 1)
+            correct = last.spec_accepted_drafts
             meta.update(
-                spec_verify_ct=last.spec_verify_ct,
-                spec_accept_length=last.completion_tokens / last.spec_verify_ct,
-                spec_accept_rate=last.spec_accepted_drafts / proposed if proposed else 0.0,
-                spec_accepted_drafts=last.spec_accepted_drafts,
-                spec_proposed_drafts=proposed,
-                # SGLang 0.5.23 reports the same counts under these names.
-                spec_num_correct_drafts=last.spec_accepted_drafts,
+                spec_verify_ct=verify,
+                spec_accept_length=last.completion_tokens / verify,
+                spec_accept_rate=correct / proposed if proposed else 0.0,
+                spec_num_correct_drafts=correct,
                 spec_num_proposed_drafts=proposed,
+                spec_correct_drafts_histogram=list(last.spec_correct_drafts_histogram),
+                # SGLang 0.5.23's backward-compat aliases of the same values.
+                spec_accepted_drafts=correct,
+                spec_proposed_drafts=proposed,
+                spec_accept_histogram=list(last.spec_correct_drafts_histogram),
             )
         return meta
 
     async def outputs(
-        self, req: PreparedRequest, is_disconnected: Callable[[], Awaitable[bool]] = _never_disconnected
+        self,
+        req: PreparedRequest,
+        is_disconnected: Callable[[], Awaitable[bool]] = _never_disconnected,
+        incremental: bool = False,
     ) -> AsyncIterator[dict]:
-        """Cumulative outputs (SGLang's default, non-incremental streaming), the last one with a finish_reason.
+        """Outputs of one request, the last one with a finish_reason: cumulative `text` and `output_ids` (SGLang's
+        default), or with `incremental` only what is new since the previous output (--incremental-streaming-output).
 
-        Yields nothing more if the client disconnects; the engine request is aborted either way.
+        One output every `stream_interval` new tokens, and the last. Yields nothing more if the client disconnects;
+        the engine request is aborted either way.
         """
         t0 = time.perf_counter()
         out = OutputText(lambda ids: self.decode(ids, req.skip_special_tokens), req.stop_strs, req.no_stop_trim)
-        queue = self._submit(req)
+        interval = req.stream_interval or self.stream_interval
+        queue, engine_rid = self._submit(req)
         client = _ClientWatch(is_disconnected)
-        finished = False
-        emitted_tokens = 0
+        metrics = self.metrics if req.log_metrics else None
+        finished = failed = False
+        finish_reason = None
+        sent_ids = sent_chars = 0
         try:
             while not finished:
-                events = await self._next_events(queue, client)
+                try:
+                    events = await self._next_events(queue, client)
+                except (ValueError, RuntimeError):  # refused by, or lost with, the engine: nothing to abort
+                    finished = failed = True
+                    raise
                 if events is None:
                     return
+                if metrics is not None and not out.output_ids and any(e.new_ids for e in events):
+                    metrics.first_token(time.perf_counter() - t0)
                 finish_reason = None
                 for event in events:
                     matched = out.extend(event.new_ids)
@@ -157,35 +188,42 @@ class Generator:
                         finish_reason = event.finish_reason
                         break
                 finished = finish_reason is not None
-                if not finished and len(out.output_ids) - emitted_tokens < req.stream_interval:
+                if not finished and len(out.output_ids) - sent_ids < interval:
                     continue
-                emitted_tokens = len(out.output_ids)
-                yield {
-                    "text": out.text(finished),
-                    "output_ids": list(out.output_ids),
-                    "meta_info": self._meta_info(req, out, event, finish_reason, t0),
-                }
+                text = out.text(finished)
+                if incremental:
+                    output = {"text": text[sent_chars:], "output_ids": out.output_ids[sent_ids:]}
+                else:
+                    output = {"text": text, "output_ids": list(out.output_ids)}
+                sent_ids, sent_chars = len(out.output_ids), len(text)
+                yield {**output, "meta_info": self._meta_info(req, out, event, finish_reason, t0)}
         finally:
             # The engine knows nothing of stop strings, so a stop-string finish is still running there.
             if not finished:
                 log.info("request %s: client disconnected before the end; aborting it", req.rid)
             if not finished or out.matched_stop is not None:
-                self.engine.abort(req.rid)
+                self.engine.abort(engine_rid)
             self._in_flight.discard(req.rid)
+            if metrics is not None and not failed:
+                aborted = not finished or finish_reason["type"] == "abort"
+                metrics.finished(len(req.input_ids), len(out.output_ids), time.perf_counter() - t0, aborted)
 
     async def merged_outputs(
-        self, reqs: Sequence[PreparedRequest], is_disconnected: Callable[[], Awaitable[bool]] = _never_disconnected
+        self,
+        reqs: Sequence[PreparedRequest],
+        is_disconnected: Callable[[], Awaitable[bool]] = _never_disconnected,
+        incremental: bool = False,
     ) -> AsyncIterator[dict]:
         """Outputs of a batch, interleaved as they come, each tagged with its `index` as SGLang does."""
         if len(reqs) == 1:
-            async for output in self.outputs(reqs[0], is_disconnected):
+            async for output in self.outputs(reqs[0], is_disconnected, incremental):
                 yield output
             return
         merged: asyncio.Queue[tuple[int, dict | BaseException | None]] = asyncio.Queue()
 
         async def pump(index: int, req: PreparedRequest) -> None:
             try:
-                async for output in self.outputs(req, is_disconnected):
+                async for output in self.outputs(req, is_disconnected, incremental):
                     await merged.put((index, output))
                 await merged.put((index, None))
             except BaseException as err:  # hand it to the consumer, which re-raises

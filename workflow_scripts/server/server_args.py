@@ -23,6 +23,7 @@ SPEC_ALGORITHMS = ("STANDALONE", "NGRAM")
 # our NGRAM proposes a chain (topk 1), so it takes the same chain defaults as STANDALONE.
 DEFAULT_SPEC_STEPS, DEFAULT_SPEC_TOPK, DEFAULT_SPEC_DRAFT_TOKENS = 3, 1, 4
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+REDACTED = "<redacted>"
 
 
 class ServerArgsError(ValueError):
@@ -51,6 +52,10 @@ class ServerArgs:
     speculative_num_draft_tokens: int | None
     chunked_prefill_size: int
     enable_mixed_chunk: bool
+    incremental_streaming_output: bool = False
+    stream_interval: int = 1
+    enable_metrics: bool = False
+    api_key: str | None = None
 
     def spec_config(self) -> SpecConfig | None:
         """The engine's view of the speculation flags (None when not speculating)."""
@@ -65,7 +70,8 @@ class ServerArgs:
         )
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The settings to report and log; the API key itself is never shown."""
+        return {**asdict(self), "api_key": REDACTED if self.api_key else None}
 
 
 class _OneLineParser(argparse.ArgumentParser):
@@ -102,6 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"max prompt tokens prefilled per forward; -1 disables chunking (default {DEFAULT_CHUNKED_PREFILL_SIZE})")
     p.add_argument("--enable-mixed-chunk", action="store_true",
                    help="prefill chunks of new requests join the running decode batch in one forward")
+    p.add_argument("--incremental-streaming-output", action="store_true",
+                   help="streamed /generate chunks carry only the new text and output_ids (default: cumulative)")
+    p.add_argument("--stream-interval", type=int, default=1,
+                   help="streamed chunks come every N new tokens (and at the end); a request's own "
+                        "sampling_params.stream_interval wins")
+    p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus metrics at /metrics")
+    p.add_argument("--api-key", default=None,
+                   help="require 'Authorization: Bearer KEY' on every route but /health (SGLang's rule)")
     return p
 
 
@@ -154,8 +168,10 @@ def _resolve_speculation(ns: argparse.Namespace) -> tuple[int | None, int | None
 def parse_server_args(argv: Sequence[str]) -> ServerArgs:
     """Parse and validate flags and model dirs; raises ServerArgsError with a one-line reason."""
     ns = build_parser().parse_args(list(argv))
-    for name in ("max_running_requests", "num_threads"):
+    for name in ("max_running_requests", "num_threads", "stream_interval"):
         _check_positive(ns, name)
+    if ns.api_key is not None and not ns.api_key.strip():
+        raise ServerArgsError("--api-key must not be empty")
     _check_positive(ns, "context_length", minimum=2)
     if ns.chunked_prefill_size is not None and (problem := chunked_prefill_problem(ns.chunked_prefill_size)):
         raise ServerArgsError(problem)
@@ -194,4 +210,8 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
         speculative_num_draft_tokens=draft_tokens,
         chunked_prefill_size=DEFAULT_CHUNKED_PREFILL_SIZE if ns.chunked_prefill_size is None else ns.chunked_prefill_size,
         enable_mixed_chunk=ns.enable_mixed_chunk,
+        incremental_streaming_output=ns.incremental_streaming_output,
+        stream_interval=ns.stream_interval,
+        enable_metrics=ns.enable_metrics,
+        api_key=ns.api_key,
     )

@@ -1,7 +1,8 @@
 """Incremental detokenization and stop-string matching for one request, as SGLang's detokenizer does it.
 
 Byte-level BPE can end a step in the middle of a UTF-8 character; the decoder then yields U+FFFD. Until the
-request finishes, such a trailing partial character is held back so that the cumulative text only ever grows.
+request finishes, such a trailing partial character is held back, and so is a tail that may still grow into a
+stop string, so that the text shown only ever grows.
 Stop strings are matched on the decoded text one token at a time, so a speculative step that commits several
 tokens still stops at the first token that completes a stop string; the text is cut before the stop string
 (unless `no_stop_trim`), the ids keep that token, as in SGLang.
@@ -51,7 +52,19 @@ class OutputText:
         return None
 
     def text(self, finished: bool) -> str:
-        """The text to show now: complete characters only while the request runs."""
+        """The text to show now. While the request runs: complete characters only, and not a tail that may yet
+        become a stop string, so that the text shown only ever grows (incremental streaming sends deltas of it)."""
         if self._stopped_text is not None:
             return self._stopped_text
-        return self._full if finished else self._full.rstrip(REPLACEMENT_CHAR)
+        if finished:
+            return self._full
+        shown = self._full.rstrip(REPLACEMENT_CHAR)
+        return shown[: len(shown) - self._stop_prefix_len(shown)]
+
+    def _stop_prefix_len(self, text: str) -> int:
+        """Length of the longest tail of `text` that is a proper prefix of a stop string."""
+        for n in range(min(self._max_stop_len - 1, len(text)), 0, -1):
+            tail = text[-n:]
+            if any(stop.startswith(tail) for stop in self._stop_strs):
+                return n
+        return 0

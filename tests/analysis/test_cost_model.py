@@ -1,0 +1,157 @@
+"""The cost model recovers the α per position and the step costs it generated cells from (with noise), skips a
+source without acceptance data in one line, and keeps flagged histograms out of the fit."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from workflow_scripts.analysis.cost_model import MEASURED, CostFit, analyse, expected_tokens, geometric_alpha
+from workflow_scripts.analysis.study_config import StudyConfig
+
+ALPHAS = {"synthetic": [0.85, 0.75, 0.7, 0.65], "realistic": [0.6, 0.5, 0.45, 0.4]}
+TEMPERATURE = {"synthetic": 0.0, "realistic": 0.7}
+TRUE_COSTS = CostFit(overhead=0.08, per_draft={1: 0.55, 4: 0.35, 16: 0.18, 64: 0.12})
+BASE_TOK_S = {1: 40.0, 4: 120.0, 16: 300.0, 64: 520.0}
+STEPS = {"steps1": 1, "steps2": 2, "steps3": 3, "steps4": 4}
+
+
+def study_config(settings=STEPS, **analysis) -> StudyConfig:
+    spec = {name: {"speculative_algorithm": "STANDALONE", "speculative_num_steps": k, "speculative_eagle_topk": 1,
+                   "speculative_num_draft_tokens": k + 1} for name, k in settings.items()}
+    return StudyConfig.from_dict({"settings": {"baseline": {}, **spec},
+                                  "analysis": {"bootstrap": {"resamples": 200}, **analysis}})
+
+
+def sample_histogram(rng: np.random.Generator, alphas: list[float], steps: int, verifies: int) -> list[int]:
+    """Chain drafting: position j is accepted with α_j once every position before it was."""
+    accepted = np.zeros(verifies, dtype=int)
+    alive = np.ones(verifies, dtype=bool)
+    for j in range(steps):
+        alive &= rng.random(verifies) < alphas[j]
+        accepted += alive
+    histogram = np.bincount(accepted, minlength=steps + 1)
+    return histogram[: accepted.max() + 1].tolist()  # SGLang grows the list only as far as the largest count
+
+
+def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, requests_per_cell=12):
+    """Requests (with histograms) and a summary whose tok/s follow the model, with multiplicative noise."""
+    req_rows, sum_rows = [], []
+    for workload, alphas in ALPHAS.items():
+        for conc, base in BASE_TOK_S.items():
+            for setting, k in {"baseline": 0, **settings}.items():
+                speedup = expected_tokens(alphas, k) / TRUE_COSTS.step_cost(k, conc) if k else 1.0
+                value = base * speedup * (1 + noise * rng.standard_normal())
+                sum_rows.append({"source": MEASURED, "setting": setting, "workload": workload, "concurrency": conc,
+                                 "aggregate_tok_s_median": value, "aggregate_tok_s_ci_low": value * 0.97,
+                                 "aggregate_tok_s_ci_high": value * 1.03,
+                                 "per_request_tok_s_median": value / conc, "accept_length_mean": np.nan})
+                for i in range(requests_per_cell):
+                    verifies = int(rng.integers(20, 40))
+                    histogram = sample_histogram(rng, alphas, k, verifies) if k else None
+                    req_rows.append({"setting": setting, "workload": workload, "concurrency": conc, "repeat": 0,
+                                     "request_id": f"{setting}-{workload}-{conc}-{i}", "ok": True, "warmup": False,
+                                     "temperature": TEMPERATURE[workload],
+                                     "spec_verify_ct": verifies if k else None,
+                                     "spec_correct_drafts_histogram": histogram})
+    return pd.DataFrame(req_rows), pd.DataFrame(sum_rows)
+
+
+def param(params: pd.DataFrame, name: str, source: str = MEASURED, **where) -> float:
+    sel = params[(params["source"] == source) & (params["parameter"] == name)]
+    for key, value in where.items():
+        sel = sel[sel[key] == value]
+    assert len(sel) == 1, (name, where)
+    return float(sel["value"].iloc[0])
+
+
+def test_fit_recovers_known_alphas_and_costs_from_noisy_cells():
+    requests, summary = synthetic_study(np.random.default_rng(0))
+    report = analyse(requests, summary, study_config())
+    for workload, alphas in ALPHAS.items():
+        for position, alpha in enumerate(alphas, start=1):
+            assert param(report.params, "alpha", workload=workload, position=position) == pytest.approx(alpha, abs=0.05)
+    assert param(report.params, "fixed_overhead") == pytest.approx(TRUE_COSTS.overhead, abs=0.06)
+    for conc, cost in TRUE_COSTS.per_draft.items():
+        assert param(report.params, "per_draft_cost", concurrency=conc) == pytest.approx(cost, rel=0.15, abs=0.02)
+    # 2% noise: leave-one-setting-out errors stay well inside the 10% goal
+    errors = report.validation["aggregate_error_pct"].abs()
+    assert len(errors) == len(STEPS) * len(ALPHAS) * len(BASE_TOK_S) and (errors < 10).mean() >= 0.8
+    # the acceptance table agrees with the α the fit used
+    table = report.acceptance
+    row = table[(table["setting"] == "steps4") & (table["workload"] == "synthetic") & (table["position"] == 1)].iloc[0]
+    assert row["conditional_ci_low"] <= row["conditional_rate"] <= row["conditional_ci_high"]
+    assert row["conditional_rate"] == pytest.approx(ALPHAS["synthetic"][0], abs=0.05)
+
+
+def test_unmeasured_steps_are_predicted_and_marked():
+    rng = np.random.default_rng(1)
+    measured = {"steps1": 1, "steps2": 2, "steps3": 3}
+    requests, summary = synthetic_study(rng, settings=measured)
+    report = analyse(requests, summary, study_config(measured, predict_max_steps=5))
+    pred = report.predictions
+    assert sorted(pred["steps"].unique()) == [0, 1, 2, 3, 4, 5]
+    unmeasured = pred[pred["steps"] >= 4]
+    assert (~unmeasured["measured"]).all() and unmeasured["note"].str.contains("predicted, not measured").all()
+    assert unmeasured["note"].str.contains("extrapolated").all()  # α at positions 4, 5 was never observed
+    # the truth at steps 4 uses α_4 = last α's neighbour: within the stated error plus the extrapolation's gap
+    for row in unmeasured[unmeasured["steps"] == 4].itertuples():
+        truth = BASE_TOK_S[row.concurrency] * expected_tokens(ALPHAS[row.workload], 4) / TRUE_COSTS.step_cost(
+            4, row.concurrency)
+        assert row.predicted_aggregate_tok_s == pytest.approx(truth, rel=0.12)
+    assert any("Steps " in line or "not worth" in line for line in report.lines)
+
+
+def test_external_without_acceptance_is_skipped_in_one_line():
+    rng = np.random.default_rng(2)
+    requests, summary = synthetic_study(rng)
+    external = summary[summary["workload"] == "synthetic"].assign(source="article", accept_length_mean=np.nan)
+    report = analyse(requests, pd.concat([summary, external], ignore_index=True), study_config())
+    skipped = [line for line in report.lines if line.startswith("- Cost model, article: skipped")]
+    assert skipped == ["- Cost model, article: skipped: no accept_length column, so no acceptance to fit."]
+    assert set(report.predictions["source"]) == {MEASURED}
+
+
+def test_external_with_accept_length_fits_one_alpha_and_says_what_it_cannot():
+    rng = np.random.default_rng(3)
+    requests, summary = synthetic_study(rng)
+    alpha = 0.7
+    external = summary[summary["workload"] == "synthetic"].assign(source="article")
+    external["accept_length_mean"] = [expected_tokens([alpha], STEPS.get(s, 0)) if s in STEPS else np.nan
+                                      for s in external["setting"]]
+    report = analyse(requests, pd.concat([summary, external], ignore_index=True), study_config())
+    assert param(report.params, "alpha", source="article", position=1) == pytest.approx(alpha, abs=1e-6)
+    assert any("one α for every draft position" in line for line in report.lines)
+    assert geometric_alpha(expected_tokens([0.6], 3), 3) == pytest.approx(0.6)
+
+
+def test_bad_histograms_are_flagged_logged_and_kept_out(caplog):
+    rng = np.random.default_rng(4)
+    requests, summary = synthetic_study(rng)
+    spec = requests.index[requests["setting"] == "steps2"]
+    requests.at[spec[0], "spec_correct_drafts_histogram"] = [1, 2, 3, 4]  # 4 buckets, steps 2 allow 3
+    requests.at[spec[1], "spec_verify_ct"] = 999  # counts no longer add up
+    with caplog.at_level(logging.WARNING, logger="workflow_scripts.analysis.acceptance"):
+        report = analyse(requests, summary, study_config())
+    flagged = [r.getMessage() for r in caplog.records if "bad histogram" in r.getMessage()]
+    assert len(flagged) == 2
+    assert any(requests.at[spec[0], "request_id"] in m and "4 buckets" in m for m in flagged)
+    assert any(requests.at[spec[1], "request_id"] in m and "spec_verify_ct is 999" in m for m in flagged)
+    assert any(line.startswith("- **Bad histograms**: 2 request(s)") for line in report.lines)
+    acc = report.acceptance
+    flagged_cell = acc[(acc["setting"] == "steps2") & (acc["workload"] == requests.at[spec[0], "workload"])]
+    assert (flagged_cell["n_bad_histograms"] == 2).all()
+    assert (flagged_cell["n_requests"] == 12 * len(BASE_TOK_S) - 2).all()
+
+
+def test_no_histograms_skips_the_measured_model_in_one_line():
+    rng = np.random.default_rng(5)
+    requests, summary = synthetic_study(rng)
+    report = analyse(requests.drop(columns=["spec_correct_drafts_histogram"]), summary, study_config())
+    assert report.predictions.empty and report.acceptance.empty
+    assert [line for line in report.lines if "skipped" in line] == [
+        "- Cost model, measured: skipped: no usable spec_correct_drafts_histogram in the request records (the server "
+        "did not report it, or every one was flagged)."]

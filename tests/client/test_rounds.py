@@ -1,0 +1,60 @@
+"""The measurement design's bookkeeping (client/rounds.py): orders, complete rounds, the precision target, budget."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
+
+
+def test_orders_are_seeded_and_blocks_alternate():
+    members = ["a", "b", "c", "d"]
+    assert seeded_order(members, "cohort", "cell", 0) == seeded_order(members, "cohort", "cell", 0)
+    orders = {tuple(seeded_order(members, "cohort", "cell", r)) for r in range(20)}
+    assert len(orders) > 5  # the order changes from round to round
+    assert block_order(["a", "b", "c"], 0) == ["a", "b", "c"] and block_order(["a", "b", "c"], 1) == ["c", "b", "a"]
+
+
+def _ledger(ratios_by_round: list[float]) -> Ledger:
+    ledger = Ledger("ctrl", {"k": ["ctrl", "cand"]})
+    for r, ratio in enumerate(ratios_by_round):
+        ledger.add("k", "ctrl", r, {"aggregate_tok_s": 100.0, "per_request_tok_s": 50.0})
+        ledger.add("k", "cand", r, {"aggregate_tok_s": 100.0 * ratio, "per_request_tok_s": 50.0 * ratio})
+    return ledger
+
+
+def test_a_round_counts_once_every_member_has_it():
+    ledger = _ledger([1.0, 1.1])
+    ledger.add("k", "ctrl", 2, {"aggregate_tok_s": 1.0, "per_request_tok_s": 1.0})
+    assert ledger.complete_rounds("k") == [0, 1]
+    assert ledger.done("k", "ctrl", 2) and not ledger.done("k", "cand", 2)
+
+
+def test_rounds_repeat_until_the_precision_target_or_the_limit():
+    policy = RoundPolicy(repeats=3, max_repeats=6, precision_pct=3.0)
+    steady = Planner(policy, _ledger([1.10, 1.105, 1.10]))
+    assert steady.needs_round("k", 2)  # the minimum
+    assert not steady.needs_round("k", 3)  # +10% +-0.5%: precise enough after 3 rounds
+    noisy = Planner(policy, _ledger([1.0, 1.3, 0.8, 1.2, 0.9, 1.1]))
+    assert noisy.needs_round("k", 3) and noisy.needs_round("k", 5)
+    assert not noisy.needs_round("k", 6)  # max_repeats
+    assert noisy.ledger.half_width_pct("k") > 3.0
+    assert noisy.active(4, ["k"]) == ["k"] and steady.active(4, ["k"]) == []
+
+
+def test_the_budget_stops_new_rounds_but_never_the_first():
+    planner = Planner(RoundPolicy(2, 4, 3.0, time_budget_s=0.01), _ledger([]))
+    time.sleep(0.02)
+    assert not planner.over_budget(0) and not planner.budget_hit
+    assert planner.over_budget(1) and planner.budget_hit
+
+
+@pytest.mark.parametrize("missing", ["ctrl", "cand"])
+def test_precision_is_unknown_until_both_sides_have_rounds(missing):
+    ledger = Ledger("ctrl", {"k": ["ctrl", "cand"]})
+    other = "cand" if missing == "ctrl" else "ctrl"
+    for r in range(3):
+        ledger.add("k", other, r, {"aggregate_tok_s": 1.0, "per_request_tok_s": 1.0})
+    assert ledger.half_width_pct("k") == float("inf")

@@ -1,0 +1,173 @@
+"""One cohort job for real (client/run_cohort.py): smoke servers on loopback, rounds, the cache, and signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import yaml
+from snakemake.utils import validate
+
+from workflow_scripts.client.cohorts import cohort_plan, plan_cohorts
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _plan(tmp_path: Path) -> dict:
+    """The smoke study cut to the baseline and its twin, one synthetic cell, two rounds."""
+    config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+    config["settings"] = {"baseline": {"moe_config": "default"}}
+    config["workloads"] = {"synthetic": config["workloads"]["synthetic"]}
+    config["benchmark"].update(concurrency=[2], repeats=2, max_repeats=2)
+    validate(config, str(REPO / "config" / "schema.yaml"), set_default=True)
+    (cohort,) = plan_cohorts(config, tmp_path / "cells")
+    return cohort_plan(config, cohort)
+
+
+def _argv(plan: dict, smoke_pair, tmp_path: Path) -> list[str]:
+    target, draft = smoke_pair
+    return [sys.executable, "-m", "workflow_scripts.client.run_cohort", "--plan", json.dumps(plan),
+            "--target", str(target), "--draft", str(draft), "--cells-dir", str(tmp_path / "cells" / plan["id"]),
+            "--server-log-dir", str(tmp_path / "servers"), "--out", str(tmp_path / "out.parquet"),
+            "--meta-out", str(tmp_path / "out.json"), "--threads", "1"]
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
+
+
+def _until_first_cell(argv: list[str]) -> tuple[subprocess.Popen, list[int]]:
+    """Start a long cohort job; return it and its servers' pids once a cell finished (its servers are all up)."""
+    proc = subprocess.Popen(argv, env=_env(), stderr=subprocess.PIPE, text=True)
+    pids: list[int] = []
+    for line in proc.stderr:
+        pids += [int(pid) for pid in re.findall(r"started server pid (\d+)", line)]
+        if "cell baseline" in line:
+            break
+    assert len(pids) == 2, pids
+    return proc, pids
+
+
+def _long(tmp_path: Path) -> dict:
+    plan = _plan(tmp_path)
+    plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    return plan
+
+
+def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again(smoke_pair, tmp_path):
+    plan = _plan(tmp_path)
+    done = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(tmp_path / "out.parquet")
+    assert sorted(records.groupby(["setting", "repeat"]).groups) == [
+        ("baseline", 0), ("baseline", 1), ("baseline_aa", 0), ("baseline_aa", 1)]
+    meta = json.loads((tmp_path / "out.json").read_text())
+    assert meta["schedule"] == "interleaved" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
+    cached = sorted((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
+    assert len(cached) == 4
+    cached[0].write_bytes(cached[0].read_bytes()[:100])  # a truncated cell on disk
+    again = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "is unreadable" in again.stderr and "3 cached cell-rounds" in again.stderr
+    assert len(pd.read_parquet(cached[0])) == len(records) // 4  # measured again, whole
+
+
+def test_sigterm_stops_every_server_and_leaves_no_output(smoke_pair, tmp_path):
+    plan = _long(tmp_path)
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path))
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=60) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids), "a server outlived its cohort job"
+    assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "out.json").exists()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purpose
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_hung_server_fails_the_cohort_long_before_the_request_timeout(smoke_pair, tmp_path):
+    """SIGSTOP on one server mid-cell: the liveness check beside the cell fails the job (the request timeout is 300 s)."""
+    plan = _long(tmp_path)
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path))
+    os.killpg(pids[0], signal.SIGSTOP)  # the server and its engine process: a hang, not a crash
+    stopped = time.monotonic()
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) != 0
+    assert time.monotonic() - stopped < 60
+    assert "stopped answering /health during a cell" in rest
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_a_damaged_model_fails_in_one_line_before_any_server_starts(smoke_pair, tmp_path):
+    target, draft = smoke_pair
+    damaged = tmp_path / "target"
+    shutil.copytree(target, damaged)
+    weights = damaged / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    argv = _argv(_plan(tmp_path), (damaged, draft), tmp_path)
+    done = subprocess.run(argv, env=_env(), capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "started server" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"{weights}: damaged model weights")
+
+
+def test_a_port_taken_between_its_choice_and_the_bind_is_replaced(smoke_pair, tmp_path):
+    """Another process binds the chosen port while the server loads: the launcher starts it again on another."""
+    plan = _plan(tmp_path)
+    proc = subprocess.Popen(_argv(plan, smoke_pair, tmp_path), env=_env(), stderr=subprocess.PIPE, text=True)
+    squatter, retried = None, False
+    for line in proc.stderr:
+        found = re.search(r"started server pid \d+: .* --port (\d+)", line)
+        if found and squatter is None:
+            squatter = socket.socket()
+            squatter.bind(("127.0.0.1", int(found.group(1))))
+            squatter.listen()
+        if "retrying on another" in line:
+            retried = True
+            break
+    rest = proc.stderr.read()
+    assert retried, "the squatter lost the race: the server bound its port first"
+    assert proc.wait(timeout=300) == 0, rest[-3000:]
+    squatter.close()
+    assert (tmp_path / "out.parquet").is_file()
+
+
+def test_the_job_stops_when_its_snakemake_is_gone(smoke_pair, tmp_path):
+    """Snakemake SIGKILLed leaves its jobs running; the cohort job notices before its next cell and stops its servers."""
+    plan = _long(tmp_path)
+    supervisor = subprocess.Popen(["sleep", "600"])
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path) + ["--supervisor-pid", str(supervisor.pid)])
+    supervisor.kill()
+    supervisor.wait()
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) != 0
+    assert f"(pid {supervisor.pid}) is gone: stopping" in rest
+    assert not any(_alive(pid) for pid in pids) and not (tmp_path / "out.parquet").exists()
+
+
+def test_a_server_killed_mid_cell_fails_the_cohort_and_keeps_the_finished_cells(smoke_pair, tmp_path):
+    plan = _long(tmp_path)
+    proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path))
+    os.killpg(pids[0], signal.SIGKILL)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) != 0 and "ServerError" in rest and "died" in rest
+    finished = list((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
+    assert finished and all(len(pd.read_parquet(path)) for path in finished)  # whole cells, none half-written

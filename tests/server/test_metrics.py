@@ -1,0 +1,86 @@
+"""--enable-metrics: /metrics in Prometheus' format with SGLang's names, and counters that match what was sent,
+read through the study client's scrape/cell_deltas."""
+
+from __future__ import annotations
+
+import asyncio
+
+import aiohttp
+import pytest
+import requests
+from prometheus_client.parser import text_string_to_metric_families
+
+from workflow_scripts.client.prompts import Prompt
+from workflow_scripts.client.server_metrics import MetricsUnavailable, cell_deltas, scrape
+from workflow_scripts.client.streaming import send
+
+STEPS = 2
+PARAMS = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 20, "ignore_eos": True}
+SGLANG_NAMES = {
+    "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:gen_throughput", "sglang:spec_accept_length",
+    "sglang:spec_accept_rate", "sglang:spec_verify_calls", "sglang:generation_tokens", "sglang:prompt_tokens",
+    "sglang:num_requests", "sglang:time_to_first_token_seconds", "sglang:e2e_request_latency_seconds",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def metrics_server(start_server, tiny_models):
+    return start_server(
+        tiny_models["target"], "--enable-metrics", "--max-running-requests", "4",
+        "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", str(tiny_models["draft"]),
+        "--speculative-num-steps", str(STEPS), "--speculative-eagle-topk", "1",
+        "--speculative-num-draft-tokens", str(STEPS + 1),
+    )  # fmt: skip
+
+
+async def _cell(url: str, n: int) -> tuple[dict, list, dict]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        before = await scrape(session, url)
+        prompts = [Prompt(i, input_ids=[3 + i, 7, 11 + i, 19]) for i in range(n)]
+        records = await asyncio.gather(*(send(session, url, "generate", p, PARAMS, f"m{p.prompt_id}", "default")
+                                         for p in prompts))  # fmt: skip
+        after = await scrape(session, url)
+    return before, records, after
+
+
+def test_metrics_parse_and_carry_sglang_names(metrics_server):
+    resp = requests.get(metrics_server.url + "/metrics", timeout=30)
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    families = {f.name: f for f in text_string_to_metric_families(resp.text)}
+    assert SGLANG_NAMES <= set(families), SGLANG_NAMES - set(families)
+    assert families["sglang:spec_verify_calls"].type == "counter"
+    assert families["sglang:time_to_first_token_seconds"].type == "histogram"
+    assert families["sglang:num_running_reqs"].type == "gauge"
+    assert all(s.labels.get("model_name") for f in families.values() for s in f.samples)
+
+
+def test_cell_deltas_match_the_requests_sent(metrics_server):
+    n = 6
+    before, records, after = asyncio.run(_cell(metrics_server.url, n))
+    assert all(r.error is None for r in records), [r.error for r in records]
+    d = cell_deltas(before, after)
+    assert d["sglang:num_requests_total"] == n
+    assert d["sglang:num_aborted_requests_total"] == 0
+    assert d["sglang:generation_tokens_total"] == sum(r.output_tokens for r in records)
+    assert d["sglang:prompt_tokens_total"] == sum(r.prompt_tokens for r in records)
+    assert d["sglang:time_to_first_token_seconds_count"] == n
+    assert d["sglang:e2e_request_latency_seconds_count"] == n
+    assert 0 < d["sglang:e2e_request_latency_seconds_sum"] <= sum(r.end_ts - r.send_ts for r in records)
+    verify = sum(r.spec_verify_ct for r in records)
+    assert d["sglang:spec_verify_calls_total"] == verify
+    # gauges: the value after the cell, over the interval since the scrape before it (verify steps only: the
+    # first token of each request comes from its prefill)
+    committed_by_verify = sum(r.output_tokens for r in records) - n  # a verify may commit past max_new_tokens' cut
+    assert committed_by_verify / verify <= d["sglang:spec_accept_length"] <= STEPS + 1
+    assert 0.0 <= d["sglang:spec_accept_rate"] <= 1.0
+    assert d["sglang:gen_throughput"] > 0
+    assert d["sglang:num_running_reqs"] == 0 and d["sglang:num_queue_reqs"] == 0
+
+
+def test_scraping_a_server_without_metrics_names_the_url(plain_server):
+    async def go() -> None:
+        async with aiohttp.ClientSession() as session:
+            await scrape(session, plain_server.url)
+
+    with pytest.raises(MetricsUnavailable, match="/metrics answered HTTP 404"):
+        asyncio.run(go())

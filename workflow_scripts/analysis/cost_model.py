@@ -1,0 +1,583 @@
+"""A speculative-decoding cost model fitted to the study's own cells: why a setting won, and what steps 4, 5, ... do.
+
+    python -m workflow_scripts.analysis.cost_model --study results/embedded-cpu --predict-steps 4 5
+
+The model (Leviathan et al. 2023, with one α per draft position and a cost that depends on concurrency C):
+
+- tokens per verify with k drafts: E_k = 1 + Σ_{j=1..k} α_1·…·α_j, where α_j is the chance draft position j is
+  accepted once the j−1 before it were (``acceptance.py``); positions past the measured ones reuse the last α;
+- one speculative step costs r(k, C) = 1 + o + s_C·k plain decode steps at the same concurrency: s_C is one
+  more draft position (a draft forward plus one more token in the verify), o a fixed overhead per step (the
+  draft's catch-up on the tokens the last verify committed, the acceptance bookkeeping);
+- so tok/s(k, C) = tok/s(baseline, C) · E_k ÷ r(k, C), for aggregate and per-request tok/s alike.
+
+α comes from the requests' ``spec_correct_drafts_histogram``; o and s_C from the measured speedups by weighted
+least squares (r_obs = E_measured ÷ speedup, relative residuals) over settings × workloads × concurrency. The
+verify's and the draft's shares of s_C are not separable from throughput (both grow by one forward per draft);
+o is fitted only when at least two step counts are measured, else it is 0.
+
+Validation: leave one setting out, fit α and costs on the others, predict its cells; the 80th percentile of the
+absolute errors is the *stated error* printed beside every prediction.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
+from workflow_scripts.analysis.study_config import StudyConfig
+
+log = logging.getLogger(__name__)
+
+MEASURED = "measured"
+GOAL_ERROR_PCT = 10.0  # the issue's goal: |LOO error| <= 10% ...
+GOAL_SHARE = 0.8  # ... in >= 80% of the speculative cells
+STATED_QUANTILE = 0.8
+NOISE_FLOOR_FILE = "noise_floor.json"
+STEPS_KEYS = ("speculative_num_steps", "speculative_num_draft_tokens")
+METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_s": "per_request_tok_s_median"}
+
+PARAM_COLUMNS = ["source", "parameter", "workload", "concurrency", "position", "value", "note"]
+PREDICTION_COLUMNS = ["source", "workload", "concurrency", "steps", "setting", "measured", "tokens_per_verify",
+                      "step_cost", "predicted_speedup", "predicted_aggregate_tok_s", "predicted_per_request_tok_s",
+                      "stated_error_pct", "measured_aggregate_tok_s", "measured_aggregate_ci_low",
+                      "measured_aggregate_ci_high", "note"]
+VALIDATION_COLUMNS = ["source", "left_out", "steps", "workload", "concurrency", "measured_aggregate_tok_s",
+                      "predicted_aggregate_tok_s", "aggregate_error_pct", "measured_per_request_tok_s",
+                      "predicted_per_request_tok_s", "per_request_error_pct", "within_goal"]
+
+
+# ---- the model --------------------------------------------------------------------------------------------------
+def expected_tokens(alphas: Sequence[float], steps: int) -> float:
+    """E_k: tokens one verify commits with k drafts (the bonus token included); α past the list reuses its last."""
+    if steps == 0:
+        return 1.0
+    alphas = list(alphas) + [alphas[-1]] * max(0, steps - len(alphas))
+    return float(1 + np.cumprod(alphas[:steps]).sum())
+
+
+@dataclass(frozen=True)
+class CostFit:
+    """r(k, C) = 1 + overhead + per_draft[C]·k plain decode steps per speculative step (k = 0: 1)."""
+
+    overhead: float
+    per_draft: dict[int, float]
+
+    def step_cost(self, steps: int, concurrency: int) -> float:
+        if steps == 0:
+            return 1.0
+        if concurrency not in self.per_draft:
+            return float("nan")
+        return 1.0 + self.overhead + self.per_draft[concurrency] * steps
+
+
+def fit_costs(cells: pd.DataFrame) -> CostFit:
+    """Weighted least squares of r_obs = E ÷ speedup on (1, k at each C); cells: concurrency, steps, E, speedup."""
+    cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
+    if cells.empty:
+        return CostFit(0.0, {})
+    concs = sorted(cells["concurrency"].unique())
+    with_overhead = cells["steps"].nunique() >= 2
+    r_obs = (cells["tokens_per_verify"] / cells["speedup"]).to_numpy()
+    columns = [np.ones(len(cells))] if with_overhead else []
+    columns += [np.where(cells["concurrency"] == c, cells["steps"], 0.0) for c in concs]
+    design = np.column_stack(columns) / r_obs[:, None]  # relative residuals: (r_obs - r) / r_obs
+    coef, *_ = np.linalg.lstsq(design, (r_obs - 1) / r_obs, rcond=None)
+    overhead = float(coef[0]) if with_overhead else 0.0
+    per_draft = dict(zip((int(c) for c in concs), (float(x) for x in coef[1 if with_overhead else 0:])))
+    return CostFit(overhead, per_draft)
+
+
+# ---- the study's data in the model's terms ----------------------------------------------------------------------
+def speculative_family(cfg: StudyConfig, present: set[str]) -> tuple[list[str], list[str]]:
+    """(the largest group of measured speculative settings that differ only in their steps, the others left out)."""
+    groups: dict[str, list[str]] = {}
+    for name, args in cfg.settings.items():
+        if cfg.steps(name) > 0 and name in present:
+            rest = {k: v for k, v in args.items() if k not in STEPS_KEYS}
+            groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(name)
+    if not groups:
+        return [], []
+    family = max(groups.values(), key=lambda names: len({cfg.steps(n) for n in names}))
+    others = [name for names in groups.values() if names is not family for name in names]
+    return sorted(family, key=cfg.steps), others
+
+
+@dataclass
+class SourceData:
+    """One source's cells (baseline and family settings) and its acceptance, in the model's terms."""
+
+    source: str
+    cells: pd.DataFrame  # setting, steps, workload, concurrency, metrics, CIs, tokens_per_verify, speedup
+    alphas: dict[str, dict[str, list[float]]]  # geometric sources: setting -> workload -> [the one α]
+    counts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # histograms: setting -> workload -> (accepted,
+    # reached) per position
+    geometric: bool  # α from accept_length under one α for all positions (external data), not from histograms
+
+    def alphas_from(self, settings: Sequence[str], workload: str) -> list[float]:
+        """α per position pooled over the given settings (counts summed; geometric sources: the mean α)."""
+        if self.geometric:
+            values = [self.alphas[s][workload][0] for s in settings if workload in self.alphas.get(s, {})]
+            return [float(np.mean(values))] if values else []
+        accepted: list[float] = []
+        reached: list[float] = []
+        for s in settings:
+            if workload not in self.counts.get(s, {}):
+                continue
+            acc, rea = self.counts[s][workload]
+            for p in range(len(acc)):
+                if p == len(accepted):
+                    accepted.append(0.0)
+                    reached.append(0.0)
+                accepted[p] += acc[p]
+                reached[p] += rea[p]
+        out = []
+        for acc, rea in zip(accepted, reached):
+            if rea <= 0:
+                break
+            out.append(acc / rea)
+        return out
+
+
+def _cells_frame(rows: pd.DataFrame, cfg: StudyConfig, **extra) -> pd.DataFrame:
+    """Summary rows in the model's terms; numbers coerced to float (an empty external table makes them object)."""
+    numbers = {metric: rows[col] for metric, col in METRIC_COLUMNS.items()} | extra
+    return pd.DataFrame({
+        "setting": rows["setting"], "steps": rows["setting"].map(cfg.steps).astype(int), "workload": rows["workload"],
+        "concurrency": pd.to_numeric(rows["concurrency"]).astype(int),
+        **{name: pd.to_numeric(pd.Series(values, index=rows.index), errors="coerce").astype("float64")
+           for name, values in numbers.items()},
+    })
+
+
+def _with_speedup(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    base = cells[cells["setting"] == baseline][["workload", "concurrency", *METRIC_COLUMNS]]
+    cells = cells.merge(base, on=["workload", "concurrency"], how="inner", suffixes=("", "_base"))
+    cells["speedup"] = cells["aggregate_tok_s"] / cells["aggregate_tok_s_base"]
+    return cells
+
+
+def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str]) -> SourceData:
+    """The measured cells of the baseline and the family, with tokens per verify from the valid histograms."""
+    rows = summary[(summary["source"] == MEASURED) & summary["setting"].isin([cfg.baseline, *family])]
+    cells = _cells_frame(rows, cfg, aggregate_ci_low=rows["aggregate_tok_s_ci_low"],
+                         aggregate_ci_high=rows["aggregate_tok_s_ci_high"])
+    valid = hist.valid[hist.valid["setting"].isin(family)]
+    per_cell = {key: 1 + sum(np.arange(len(h)) @ h for h in g["histogram"]) / sum(h.sum() for h in g["histogram"])
+                for key, g in valid.groupby(["setting", "workload", "concurrency"])}
+    cells["tokens_per_verify"] = [per_cell.get((s, w, c), 1.0 if k == 0 else np.nan)
+                                  for s, w, c, k in cells[["setting", "workload", "concurrency", "steps"]].itertuples(
+                                      index=False)]
+    counts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]] = {}
+    for (setting, workload), g in valid.groupby(["setting", "workload"]):
+        acc, rea, _ = position_counts(np.stack(g["histogram"].to_numpy()))
+        counts.setdefault(setting, {})[workload] = (acc.sum(axis=0), rea.sum(axis=0))
+    return SourceData(MEASURED, _with_speedup(cells, cfg.baseline), {}, counts, geometric=False)
+
+
+def geometric_alpha(accept_length: float, steps: int) -> float:
+    """The one α with E_k(α) = accept_length (bisection: E_k grows with α from 1 to k + 1); NaN out of range."""
+    if not 1 <= accept_length <= steps + 1:
+        return float("nan")
+    low, high = 0.0, 1.0
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if expected_tokens([mid], steps) < accept_length else (low, mid)
+    return (low + high) / 2
+
+
+def external_data(summary: pd.DataFrame, source: str, cfg: StudyConfig, family: list[str]) -> SourceData:
+    """An external source's cells; α from its accept_length column under one α for every position."""
+    rows = summary[(summary["source"] == source) & summary["setting"].isin([cfg.baseline, *family])]
+    cells = _cells_frame(rows, cfg, aggregate_ci_low=np.nan, aggregate_ci_high=np.nan,
+                         tokens_per_verify=np.where(rows["setting"] == cfg.baseline, 1.0, rows["accept_length_mean"]))
+    alphas: dict[str, dict[str, list[float]]] = {}
+    spec = cells[cells["steps"] > 0].dropna(subset=["tokens_per_verify"])
+    for (setting, workload), g in spec.groupby(["setting", "workload"]):
+        k = int(g["steps"].iloc[0])
+        values = [geometric_alpha(e, k) for e in g["tokens_per_verify"]]
+        values = [v for v in values if np.isfinite(v)]
+        if values:
+            alphas.setdefault(setting, {})[workload] = [float(np.mean(values))]
+    return SourceData(source, _with_speedup(cells, cfg.baseline), alphas, {}, geometric=True)
+
+
+# ---- fit, predict, validate -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Model:
+    alphas: dict[str, list[float]]  # workload -> α per position
+    costs: CostFit
+
+
+def fit(data: SourceData, settings: Sequence[str]) -> Model:
+    """α per workload and the costs, from the given settings' cells only."""
+    train = data.cells[data.cells["setting"].isin(settings)]
+    workloads = sorted(data.cells["workload"].unique())
+    alphas = {w: data.alphas_from(settings, w) for w in workloads}
+    return Model({w: a for w, a in alphas.items() if a}, fit_costs(train))
+
+
+def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
+    """Predicted metrics at `steps` for each baseline row (workload, concurrency, baseline metrics)."""
+    out = base[["workload", "concurrency"]].copy()
+    out["steps"] = steps
+    out["tokens_per_verify"] = [expected_tokens(model.alphas[w], steps) if w in model.alphas else np.nan
+                                for w in base["workload"]]
+    out["step_cost"] = [model.costs.step_cost(steps, int(c)) for c in base["concurrency"]]
+    out["predicted_speedup"] = out["tokens_per_verify"] / out["step_cost"]
+    for metric in METRIC_COLUMNS:
+        out[f"predicted_{metric}"] = base[metric].to_numpy() * out["predicted_speedup"].to_numpy()
+    return out
+
+
+def _baseline_rows(data: SourceData) -> pd.DataFrame:
+    base = data.cells[data.cells["steps"] == 0]
+    return base[["workload", "concurrency", *METRIC_COLUMNS]].reset_index(drop=True)
+
+
+def leave_one_out(data: SourceData, family: Sequence[str]) -> pd.DataFrame:
+    """Each family setting predicted from the others (needs two settings with data)."""
+    rows = []
+    present = [s for s in family if s in set(data.cells["setting"])]
+    if len(present) < 2:
+        return pd.DataFrame(columns=VALIDATION_COLUMNS)
+    for left_out in present:
+        model = fit(data, [s for s in present if s != left_out])
+        truth = data.cells[data.cells["setting"] == left_out]
+        steps = int(truth["steps"].iloc[0])
+        pred = predict(model, _baseline_rows(data), steps)
+        both = truth.merge(pred, on=["workload", "concurrency"], suffixes=("", "_pred"))
+        for r in both.itertuples(index=False):
+            agg_err = 100 * (r.predicted_aggregate_tok_s / r.aggregate_tok_s - 1)
+            req_err = 100 * (r.predicted_per_request_tok_s / r.per_request_tok_s - 1)
+            rows.append({"source": data.source, "left_out": left_out, "steps": steps, "workload": r.workload,
+                         "concurrency": r.concurrency, "measured_aggregate_tok_s": r.aggregate_tok_s,
+                         "predicted_aggregate_tok_s": r.predicted_aggregate_tok_s, "aggregate_error_pct": agg_err,
+                         "measured_per_request_tok_s": r.per_request_tok_s,
+                         "predicted_per_request_tok_s": r.predicted_per_request_tok_s,
+                         "per_request_error_pct": req_err,
+                         "within_goal": bool(abs(agg_err) <= GOAL_ERROR_PCT) if np.isfinite(agg_err) else None})
+    return pd.DataFrame(rows, columns=VALIDATION_COLUMNS)
+
+
+def stated_error(validation: pd.DataFrame) -> float:
+    """The 80th percentile of |aggregate LOO error| (%), NaN without validation."""
+    errors = validation["aggregate_error_pct"].abs().dropna().to_numpy(dtype="float64")
+    return float(np.quantile(errors, STATED_QUANTILE)) if len(errors) else float("nan")
+
+
+def predictions(data: SourceData, model: Model, max_steps: int, error_pct: float) -> pd.DataFrame:
+    """Steps 0..max_steps at every measured concurrency per workload, beside the measured values where they exist."""
+    base = _baseline_rows(data)
+    frames = [predict(model, base, k) for k in range(max_steps + 1)]
+    extra = sorted(set(data.cells["steps"]) - set(range(max_steps + 1)))
+    frames += [predict(model, base, int(k)) for k in extra]
+    out = pd.concat(frames, ignore_index=True)
+    measured = data.cells.rename(columns={"aggregate_tok_s": "measured_aggregate_tok_s",
+                                          "aggregate_ci_low": "measured_aggregate_ci_low",
+                                          "aggregate_ci_high": "measured_aggregate_ci_high"})
+    out = out.merge(measured[["setting", "steps", "workload", "concurrency", "measured_aggregate_tok_s",
+                              "measured_aggregate_ci_low", "measured_aggregate_ci_high"]],
+                    on=["steps", "workload", "concurrency"], how="left")
+    out["source"] = data.source
+    out["measured"] = out["setting"].notna()
+    out["setting"] = out["setting"].fillna("")
+    out["stated_error_pct"] = np.where(out["steps"] > 0, error_pct, 0.0)
+    max_measured = {w: len(a) for w, a in model.alphas.items()}
+    out["note"] = [_note(k, m, max_measured.get(w, 0)) for k, m, w in out[["steps", "measured", "workload"]].itertuples(
+        index=False)]
+    return out[PREDICTION_COLUMNS].sort_values(["workload", "concurrency", "steps"]).reset_index(drop=True)
+
+
+def _note(steps: int, measured: bool, alpha_positions: int) -> str:
+    parts = [] if measured or steps == 0 else ["predicted, not measured"]
+    if steps > alpha_positions > 0 and not measured:
+        parts.append(f"α past position {alpha_positions} extrapolated")
+    return "; ".join(parts)
+
+
+def parameter_table(source: str, model: Model, max_steps: int) -> pd.DataFrame:
+    rows = [{"source": source, "parameter": "alpha", "workload": w, "position": p + 1, "value": a,
+             "note": "one α for all positions (from accept_length)" if source != MEASURED else ""}
+            for w, alphas in model.alphas.items() for p, a in enumerate(alphas)]
+    overhead_note = "plain decode steps per speculative step, on top of 1" + (
+        "; negative, which no engine does: the fit absorbs speed differences between the settings' runs"
+        if model.costs.overhead < 0 else "")
+    rows.append({"source": source, "parameter": "fixed_overhead", "value": model.costs.overhead,
+                 "note": overhead_note})
+    for c, s in model.costs.per_draft.items():
+        rows.append({"source": source, "parameter": "per_draft_cost", "concurrency": c, "value": s,
+                     "note": "plain decode steps per draft position (draft forward + one more verified token)"})
+        rows += [{"source": source, "parameter": "spec_step_cost", "concurrency": c, "position": k,
+                  "value": model.costs.step_cost(k, c), "note": f"one step with {k} drafts, in plain decode steps"}
+                 for k in range(1, max_steps + 1)]
+    return pd.DataFrame(rows, columns=PARAM_COLUMNS)
+
+
+# ---- the whole analysis -----------------------------------------------------------------------------------------
+@dataclass
+class CostModelReport:
+    """Everything the tables, plots and summary show of the model; ``lines`` is its markdown summary."""
+
+    acceptance: pd.DataFrame
+    params: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PARAM_COLUMNS))
+    predictions: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=PREDICTION_COLUMNS))
+    validation: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=VALIDATION_COLUMNS))
+    lines: list[str] = field(default_factory=list)
+
+    @property
+    def markdown(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def floor_text(floor: dict) -> tuple[float | None, str]:
+    """(noise floor in %, how it is known) from the contents of noise_floor.json (analysis/noise.py)."""
+    if floor.get("noise_floor_pct") is None:
+        return None, "unknown (no A/A twin measured)"
+    pct = float(floor["noise_floor_pct"])
+    return pct, f"{pct:.1f}% ({floor.get('schedule', '?')} schedule, {floor.get('rounds', '?')} rounds)"
+
+
+def read_noise_floor(path: Path) -> tuple[float | None, str]:
+    """floor_text of a study's noise_floor.json; None when absent or unreadable."""
+    if not path.is_file():
+        return None, f"unknown ({path.name} absent)"
+    try:
+        return floor_text(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as err:
+        return None, f"unknown ({path}: {err})"
+
+
+def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
+            noise_floor_pct: float | None = None, noise_floor_text: str = "unknown") -> CostModelReport:
+    """Acceptance by position, and the cost model for every source that has what it needs (else one line why)."""
+    hist = check_histograms(requests, cfg.steps)
+    report = CostModelReport(acceptance=acceptance_by_position(hist, cfg.bootstrap))
+    lines = report.lines
+    if len(hist.bad):
+        lines.append(f"- **Bad histograms**: {len(hist.bad)} request(s) flagged and kept out of the fit "
+                     f"(details per request in the analysis log): "
+                     + "; ".join(f"{p} ({n}×)" for p, n in hist.bad["problem"].str.replace(r"\d+", "N", regex=True)
+                                 .value_counts().items()) + ".")
+    sources = [MEASURED] + sorted(set(summary["source"]) - {MEASURED})
+    params, preds, vals = [], [], []
+    for source in sources:
+        present = set(summary.loc[summary["source"] == source, "setting"])
+        family, others = speculative_family(cfg, present)
+        reason = _skip_reason(source, summary, hist, cfg, family)
+        if reason:
+            lines.append(f"- Cost model, {source}: skipped: {reason}.")
+            continue
+        data = (measured_data(summary, hist, cfg, family) if source == MEASURED
+                else external_data(summary, source, cfg, family))
+        model = fit(data, family)
+        validation = leave_one_out(data, family)
+        error_pct = stated_error(validation)
+        pred = predictions(data, model, cfg.predict_max_steps, error_pct)
+        params.append(parameter_table(source, model, cfg.predict_max_steps))
+        preds.append(pred)
+        vals.append(validation)
+        lines += _source_lines(source, data, family, others, validation, error_pct, pred, noise_floor_pct,
+                               noise_floor_text)
+    if params:
+        report.params = pd.concat(params, ignore_index=True)
+        report.predictions = pd.concat(preds, ignore_index=True)
+        report.validation = pd.concat(vals, ignore_index=True)
+    return report
+
+
+def _skip_reason(source: str, summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig,
+                 family: list[str]) -> str | None:
+    rows = summary[summary["source"] == source]
+    if not family:
+        return "no speculative setting with data"
+    if source == MEASURED and hist.valid[hist.valid["setting"].isin(family)].empty:
+        return ("no usable spec_correct_drafts_histogram in the request records (the server did not report it, "
+                "or every one was flagged)")
+    if source != MEASURED and rows.loc[rows["setting"].isin(family), "accept_length_mean"].isna().all():
+        return "no accept_length column, so no acceptance to fit"
+    if cfg.baseline not in set(rows["setting"]):
+        return f"no baseline ({cfg.baseline}) cells, so no plain decode speed to scale the costs from"
+    return None
+
+
+def _source_lines(source: str, data: SourceData, family: list[str], others: list[str], validation: pd.DataFrame,
+                  error_pct: float, pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
+    lines = [f"- Cost model, {source}: fitted on {', '.join(f'`{s}`' for s in family)}"
+             + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else "") + "."]
+    if data.geometric:
+        lines.append(f"  - From accept_length alone: one α for every draft position (no per-position acceptance), "
+                     f"no CIs (no repeats); steps past the measured ones assume that α holds.")
+    if validation.empty:
+        lines.append("  - Leave-one-setting-out validation needs two speculative settings: predictions come "
+                     "without a stated error.")
+    else:
+        errors = validation["aggregate_error_pct"].abs().dropna()
+        share = float((errors <= GOAL_ERROR_PCT).mean()) if len(errors) else float("nan")
+        lines.append(f"  - Leave-one-setting-out: |error| of aggregate tok/s median {errors.median():.1f}%, "
+                     f"80th percentile {error_pct:.1f}% (the stated error), max {errors.max():.1f}%; "
+                     f"{100 * share:.0f}% of {len(errors)} speculative cells within {GOAL_ERROR_PCT:.0f}% "
+                     f"(goal: {100 * GOAL_SHARE:.0f}%: {'met' if share >= GOAL_SHARE else 'not met'}).")
+    lines += _noise_lines(data)
+    lines += _best_steps_lines(pred, floor, floor_text)
+    lines.append("  - " + worth_measuring(pred, floor, floor_text, error_pct))
+    return lines
+
+
+def _noise_lines(data: SourceData) -> list[str]:
+    """What the fit cannot absorb: the spread between repeats, and speedups no step cost can explain."""
+    spec = data.cells[(data.cells["steps"] > 0)].dropna(subset=["speedup", "tokens_per_verify"])
+    impossible = spec[spec["speedup"] > spec["tokens_per_verify"]]
+    spread = ((data.cells["aggregate_ci_high"] - data.cells["aggregate_ci_low"]) / data.cells["aggregate_tok_s"]).dropna()
+    parts = []
+    if len(spread):
+        parts.append(f"between repeats a cell's aggregate tok/s spans a median {100 * spread.median():.0f}% of its "
+                     f"value (95% CI width ÷ median, max {100 * spread.max():.0f}%)")
+    if len(impossible):
+        worst = impossible.loc[(impossible["speedup"] / impossible["tokens_per_verify"]).idxmax()]
+        parts.append(f"{len(impossible)} of {len(spec)} speculative cells beat the baseline by more than their "
+                     f"tokens per verify (a speculative step cheaper than a plain decode step; worst: `{worst.setting}` "
+                     f"{worst.workload} C={worst.concurrency}, ×{worst.speedup:.2f} with {worst.tokens_per_verify:.2f} "
+                     "tokens per verify), which only a machine load that changed between the settings' runs explains")
+    return [f"  - Measurement noise: {'; '.join(parts)}."] if parts else []
+
+
+def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
+    """Predicted vs measured best steps (aggregate tok/s) per workload × concurrency among the measured steps."""
+    agree = clear = 0
+    rows = []
+    for (workload, conc), g in pred[pred["measured"]].groupby(["workload", "concurrency"]):
+        g = g.dropna(subset=["measured_aggregate_tok_s"]).sort_values("measured_aggregate_tok_s", ascending=False)
+        if len(g) < 2 or g["predicted_aggregate_tok_s"].isna().all():
+            continue
+        measured_best = int(g["steps"].iloc[0])
+        predicted_best = int(g.loc[g["predicted_aggregate_tok_s"].idxmax(), "steps"])
+        gap = 100 * (g["measured_aggregate_tok_s"].iloc[0] / g["measured_aggregate_tok_s"].iloc[1] - 1)
+        beyond = floor is not None and gap > floor
+        clear += beyond
+        agree += beyond and measured_best == predicted_best
+        rows.append(f"{workload} C={conc}: measured {measured_best}, predicted {predicted_best} (gap {gap:.1f}%)")
+    if not rows:
+        return []
+    head = (f"  - Best steps among the measured ones (aggregate): predicted = measured in {agree} of {clear} cells "
+            f"whose measured gap exceeds the noise floor, {floor_text}" if floor is not None
+            else f"  - Best steps among the measured ones (aggregate); the noise floor is {floor_text}, so "
+                 "agreement cannot be scored")
+    return [head + ": " + "; ".join(rows) + "."]
+
+
+def worth_measuring(pred: pd.DataFrame, floor: float | None, floor_text: str, error_pct: float) -> str:
+    """One sentence: the largest predicted gain of an unmeasured step count over the best measured setting."""
+    best = None
+    for (workload, conc), g in pred.groupby(["workload", "concurrency"]):
+        measured = g[g["measured"]].dropna(subset=["measured_aggregate_tok_s"])
+        unmeasured = g[~g["measured"]].dropna(subset=["predicted_aggregate_tok_s"])
+        if measured.empty or unmeasured.empty:
+            continue
+        top = unmeasured.loc[unmeasured["predicted_aggregate_tok_s"].idxmax()]
+        gain = 100 * (top["predicted_aggregate_tok_s"] / measured["measured_aggregate_tok_s"].max() - 1)
+        if best is None or gain > best[0]:
+            best = (gain, int(top["steps"]), workload, conc)
+    if best is None:
+        return "Every predicted step count was measured: nothing left to decide by measuring."
+    gain, steps, workload, conc = best
+    if gain <= 0:
+        return (f"Measuring more steps is not worth it: no unmeasured step count is predicted to beat the best "
+                f"measured setting (closest: steps {steps}, {gain:+.1f}% at {workload} C={conc}).")
+    error = f"; the model's stated error is ±{error_pct:.1f}%" if np.isfinite(error_pct) else ""
+    if floor is None:
+        verdict = f"whether that is worth measuring cannot be judged: the noise floor is {floor_text}"
+    elif gain > max(floor, error_pct if np.isfinite(error_pct) else 0):
+        verdict = f"above the noise floor ({floor_text}) and the model's error, so it is worth measuring"
+    else:
+        verdict = f"within the noise floor ({floor_text}) or the model's error, so measuring it is not worth it"
+    return f"Steps {steps} is predicted at {gain:+.1f}% over the best measured setting ({workload} C={conc}){error}: " \
+           f"{verdict}."
+
+
+def add_predicted_best(recommendation: pd.DataFrame, report: CostModelReport, cfg: StudyConfig) -> pd.DataFrame:
+    """The recommendation table's `predicted_best_steps` (per band × workload × metric) and its stated error."""
+    out = recommendation.copy()
+    pred = report.predictions[report.predictions["source"] == MEASURED]
+    labels, errors = [], []
+    for row in out.itertuples(index=False):
+        g = pred[(pred["workload"] == row.workload) & pred["concurrency"].isin(cfg.bands.get(row.band, []))]
+        by_steps = g.groupby("steps")[f"predicted_{row.metric}"].mean().dropna()
+        if by_steps.empty:
+            labels.append("")
+            errors.append(np.nan)
+            continue
+        steps = int(by_steps.idxmax())
+        measured = bool(g.loc[g["steps"] == steps, "measured"].any())
+        labels.append(str(steps) + ("" if measured else " (predicted, not measured)"))
+        errors.append(float(g.loc[g["steps"] == steps, "stated_error_pct"].iloc[0]))
+    out["predicted_best_steps"] = labels
+    out["predicted_error_pct"] = errors
+    return out
+
+
+# ---- command line -----------------------------------------------------------------------------------------------
+def _study_config(study: Path, config_json: str | None) -> StudyConfig:
+    if config_json:
+        return StudyConfig.from_json(config_json)
+    meta = study / "metadata" / "study.json"
+    if not meta.is_file():
+        raise ValueError(f"{meta}: not found; pass --config-json with the study config (settings, workloads, analysis)")
+    data = json.loads(meta.read_text())
+    return StudyConfig.from_dict(data.get("config", data))
+
+
+def main(argv: list[str] | None = None) -> int:
+    from workflow_scripts.analysis.metrics import add_request_metrics, cell_table, load_requests
+    from workflow_scripts.analysis.summarize import summarize_external, summarize_measured
+    from workflow_scripts.analysis.tables import load_externals
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--study", type=Path, required=True, help="results/{study}: reads requests/*.parquet")
+    parser.add_argument("--config-json", default=None, help="study config as JSON (default: metadata/study.json)")
+    parser.add_argument("--predict-steps", type=int, nargs="*", default=None,
+                        help="print these step counts (default: 1..analysis.predict_max_steps)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the predictions as CSV here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
+    try:
+        cfg = _study_config(args.study, args.config_json)
+        if args.predict_steps:
+            cfg = dataclasses.replace(cfg, predict_max_steps=max(cfg.predict_max_steps, *args.predict_steps))
+        paths = sorted((args.study / "requests").glob("*.parquet"))
+        requests = add_request_metrics(load_requests(paths))
+        requests = requests[requests["setting"] != cfg.twin]  # the A/A twin is the control again
+        summary = pd.concat([summarize_measured(requests, cell_table(requests), cfg.bootstrap),
+                             summarize_external(load_externals(cfg))], ignore_index=True)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    floor, floor_text = read_noise_floor(args.study / "tables" / NOISE_FLOOR_FILE)
+    report = analyse(requests, summary, cfg, floor, floor_text)
+    print(report.markdown)
+    pred = report.predictions
+    if args.predict_steps:
+        pred = pred[pred["steps"].isin(args.predict_steps)]
+    if len(pred):
+        shown = pred[["source", "workload", "concurrency", "steps", "predicted_aggregate_tok_s", "stated_error_pct",
+                      "predicted_per_request_tok_s", "measured_aggregate_tok_s", "note"]]
+        print(shown.to_string(index=False, float_format=lambda x: f"{x:.1f}"))
+    if args.out:
+        from workflow_scripts.analysis.output import write_csv
+
+        write_csv(pred, args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

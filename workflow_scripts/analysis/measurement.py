@@ -1,0 +1,63 @@
+"""The summary's account of how the study measured: design, A/A noise floor, precision reached, where time went.
+
+A reader who must defend a number needs these beside it: which design paired the cells, how far apart two
+identical settings landed, which cells reached the precision target, and on what machine (its memory bandwidth
+drives the CPU engine's speed, so absolute figures only compare across runs of one machine).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from workflow_scripts.analysis.improvement import fmt_ci, to_markdown
+
+
+def aa_markdown(aa: pd.DataFrame) -> str:
+    """The A/A differences per workload and concurrency, both metrics side by side."""
+    if aa.empty:
+        return ""
+    text = [fmt_ci(*r) for r in aa[["diff_pct", "ci_low_pct", "ci_high_pct"]].itertuples(index=False)]
+    wide = aa.assign(text=text).pivot_table(
+        index=["workload", "concurrency"], columns="metric", values="text", aggfunc="first").reset_index()
+    wide = wide.rename(columns={"concurrency": "C", "aggregate_tok_s": "aggregate tok/s",
+                                "per_request_tok_s": "per-request tok/s"})
+    return to_markdown(wide)
+
+
+def floor_sentence(floor: dict, aa: pd.DataFrame) -> str:
+    if floor["noise_floor_pct"] is None:
+        return ("No A/A twin was measured (benchmark.aa_control: false): an improvement counts as real when its "
+                "paired CI excludes 0, with no noise floor to clear.")
+    finite = aa.dropna(subset=["diff_pct"])
+    honest = ((finite["ci_low_pct"] <= 0) & (finite["ci_high_pct"] >= 0)).mean() if len(finite) else np.nan
+    return (f"The control's twin (the same setting on a second server, in the same rounds) landed "
+            f"{finite['diff_pct'].abs().median():.1f}% from the control in the median cell and "
+            f"{finite['diff_pct'].abs().max():.1f}% in the worst; its CI included 0 in {honest:.0%} of the "
+            f"{len(finite)} cells × metrics. The **noise floor** (95th percentile of |A/A difference|) is "
+            f"**±{floor['noise_floor_pct']:.1f}%**: an improvement is *real* only when its paired CI excludes 0 "
+            f"and it is larger than that.")
+
+
+def design_lines(metas: list[dict], precision: pd.DataFrame) -> list[str]:
+    """Design per cohort, rounds, the precision target reached or not, the budget, time and the machine."""
+    lines = []
+    for meta in metas:
+        cells = precision[precision["cohort"] == meta["cohort"]]
+        met = cells[cells["precision_met"]]
+        missed = cells[~cells["precision_met"]]
+        budget = (f"; the time budget ({meta['time_budget_min']} min) ended the measuring"
+                  if meta["budget_hit"] else "")
+        lines.append(
+            f"- Cohort `{meta['cohort']}` ({', '.join(f'`{m}`' for m in meta['members'])}): design "
+            f"**{meta['schedule']}** (configured {meta['schedule_configured']}), {int(cells['rounds'].min())}–"
+            f"{int(cells['rounds'].max())} rounds per cell (minimum {meta['repeats']}, limit {meta['max_repeats']}); "
+            f"{len(met)} of {len(cells)} cells reached the ±{meta['precision_pct']:g}% precision target{budget}.")
+        if len(missed):
+            worst = ", ".join(f"{r.workload} C={r.concurrency} ±{r.half_width_pct:.1f}%"
+                              for r in missed.sort_values("half_width_pct", ascending=False).itertuples())
+            lines.append(f"  - Not at the target (widest CI half-width reached): {worst}.")
+        per_member = ", ".join(f"`{m}` {s / 60:.1f}" for m, s in meta["member_s"].items())
+        lines.append(f"  - Measuring took {meta['measuring_s'] / 60:.1f} min (per setting, min: {per_member}) on a "
+                     f"machine streaming {meta['mem_bandwidth_gbs']:.1f} GB/s from memory (one thread).")
+    return lines

@@ -1,0 +1,55 @@
+"""The A/A control, the noise floor it gives, and the precision each cohort's cells reached.
+
+The twin runs the control's setting as a second, independent server in the same rounds, so its difference from
+the control is pure measurement noise: what the study would call an effect if nothing changed. Its 95th
+percentile over cells is the noise floor every improvement must exceed to be called real.
+
+Files (pinned; other tools read them): tables/aa.csv, tables/noise_floor.json, and tables/precision.csv.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from workflow_scripts.analysis.improvement import improvements
+from workflow_scripts.analysis.paired import noise_floor_pct
+
+AA_COLUMNS = ["workload", "concurrency", "metric", "diff_pct", "ci_low_pct", "ci_high_pct", "rounds"]
+PRECISION_COLUMNS = ["cohort", "schedule", "workload", "concurrency", "rounds", "half_width_pct", "precision_pct",
+                     "precision_met", "budget_hit"]
+
+
+def aa_table(values: pd.DataFrame, control: str, twin: str | None) -> pd.DataFrame:
+    """The twin against the control per workload x concurrency x metric, paired by round."""
+    if twin is None:
+        return pd.DataFrame(columns=AA_COLUMNS)
+    imp = improvements(values[values["source"] == "measured"], [("aa", control, twin)], math.nan)
+    return imp.rename(columns={"improvement_pct": "diff_pct"})[AA_COLUMNS]
+
+
+def read_cohort_meta(paths: list[Path]) -> list[dict]:
+    return [json.loads(Path(p).read_text()) for p in paths]
+
+
+def precision_table(metas: list[dict]) -> pd.DataFrame:
+    """Per cohort and cell: the rounds measured and the widest paired-CI half-width reached against the target."""
+    rows = [{"cohort": m["cohort"], "schedule": m["schedule"], **{k: cell[k] for k in
+             ("workload", "concurrency", "rounds", "half_width_pct")}, "precision_pct": m["precision_pct"],
+             "precision_met": cell["precision_met"], "budget_hit": m["budget_hit"]}
+            for m in metas for cell in m["cells"]]
+    return pd.DataFrame(rows, columns=PRECISION_COLUMNS)
+
+
+def noise_floor(aa: pd.DataFrame, metas: list[dict], twin: str | None) -> dict:
+    """`{"noise_floor_pct", "schedule", "rounds"}`: the floor, the design that measured the twin, its fewest rounds."""
+    schedules = sorted({m["schedule"] for m in metas if twin in m["members"]})
+    finite = aa.dropna(subset=["diff_pct"])
+    return {
+        "noise_floor_pct": noise_floor_pct(finite["diff_pct"].to_numpy()) if len(finite) else None,
+        "schedule": "+".join(schedules) if schedules else None,
+        "rounds": int(finite["rounds"].min()) if len(finite) else 0,
+    }

@@ -1,0 +1,353 @@
+"""The benchmark job of one cohort: measure its members in rounds, write benchmark/{cohort}.parquet and .json.
+
+    python -m workflow_scripts.client.run_cohort --plan JSON --target DIR [--draft DIR] [--moe-installed FILE] \
+        --cells-dir results/S/cells/COHORT --server-log-dir DIR --out results/S/benchmark/COHORT.parquet \
+        --meta-out results/S/benchmark/COHORT.json
+
+The plan comes from workflow_scripts.client.cohorts (which settings are measured together, over which cells);
+the design (interleaved, blocked, sequential) and the stopping rule from workflow_scripts.client.rounds. Each
+measured cell is cached under `cells/{cohort}/{runtime key}/` (the key holds the models' and the MoE file's
+digests), once its server proved alive after it, so a killed job loses at most the cell in flight and its rerun
+completes the same rounds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import hashlib
+import json
+import logging
+import os
+import re
+import signal
+import sys
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+import aiohttp
+import pandas as pd
+from safetensors import safe_open
+from tqdm import tqdm
+
+from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
+from workflow_scripts.client.cell import CellPlan, run_cell, sampling_params
+from workflow_scripts.client.cohorts import MANIFEST
+from workflow_scripts.client.prompts import build_prompts
+from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
+from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
+from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
+from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
+from workflow_scripts.machine import stream_bandwidth_gbs
+
+log = logging.getLogger("benchmark")
+
+CELL_FILE = re.compile(r"^(?P<cell>[0-9a-f]+)-r(?P<round>\d+)-(?P<member>[A-Za-z0-9_-]+)\.parquet$")
+# the liveness check beside a running cell (watch): every 2 s, 5 s to answer, 3 misses in a row = hung
+HANG_EVERY_S, HANG_TIMEOUT_S, HANG_CHECKS = 2.0, 5.0, 3
+# a server's resident memory beyond its weights (torch, tokenizer, HTTP stack, KV cache of the smoke shapes)
+SERVER_OVERHEAD_MB = 900
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_weights(path: Path) -> None:
+    """A damaged weights file fails the job in one line naming it, before any server starts (not as a server's
+    start-up traceback): safetensors' header must describe exactly the bytes that are there."""
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            for name in fh.keys():
+                fh.get_slice(name)
+        header = int.from_bytes(path.read_bytes()[:8], "little")
+        data = json.loads(path.read_bytes()[8:8 + header])
+        end = max(t["data_offsets"][1] for k, t in data.items() if k != "__metadata__")
+        if path.stat().st_size != 8 + header + end:
+            raise ValueError(f"{path.stat().st_size} bytes on disk, the header describes {8 + header + end}")
+    except Exception as err:  # safetensors raises its own error types for a bad header
+        raise SystemExit(f"{path}: damaged model weights ({err}); rebuild the pair (delete its folder and rerun)")
+
+
+def runtime_key(plan: dict, models: Models) -> str:
+    """What the config cannot know: the built weights and the tuned MoE file. A change re-measures the cohort."""
+    if plan["engine"] == "embedded":
+        files = {role: d / "model.safetensors" for role, d in (("target", models.target), ("draft", models.draft)) if d}
+        for path in files.values():
+            check_weights(path)
+        weights = {role: sha256_file(path) for role, path in files.items()}
+    else:
+        weights = {"target": str(models.target), "draft": str(models.draft)}
+    moe = sha256_file(Path(models.moe_installed["file"])) if models.moe_installed else None
+    return hashlib.sha256(json.dumps([weights, moe], sort_keys=True).encode()).hexdigest()[:12]
+
+
+def resolve_schedule(plan: dict, models: Models) -> str:
+    """`auto`: interleaved when every member's server fits at once (memory on the embedded engine, GPUs on SGLang)."""
+    schedule, members = plan["schedule"], list(plan["members"])
+    if schedule != "auto":
+        return schedule
+    if plan["engine"] == "sglang":
+        need = sum(member_gpus(plan, name) for name in members)
+        return "interleaved" if plan["node_gpus"] and need <= plan["node_gpus"] else "blocked"
+    weights_mb = sum((d / "model.safetensors").stat().st_size for d in (models.target, models.draft) if d) / 2**20
+    need_mb = len(members) * (SERVER_OVERHEAD_MB + 2 * weights_mb)
+    available_mb = available_memory_mb()
+    log.info("auto schedule: %d servers need ~%.0f MB, %.0f MB available", len(members), need_mb, available_mb)
+    return "interleaved" if need_mb <= 0.8 * available_mb else "blocked"
+
+
+def available_memory_mb() -> float:
+    with open("/proc/meminfo") as fh:
+        info = dict(line.split(":", 1) for line in fh)
+    return int(info["MemAvailable"].split()[0]) / 1024
+
+
+class Cohort:
+    """One cohort job: its cells, its ledger of measured rounds and the servers that measure them."""
+
+    def __init__(self, plan: dict, models: Models, args: argparse.Namespace) -> None:
+        self.plan, self.models, self.args = plan, models, args
+        self.id, self.control = plan["id"], plan["control"]
+        self.cells = {cell["key"]: cell for cell in plan["cells"]}
+        members_of = {key: [name for name, m in plan["members"].items() if key in m["cells"]] for key in self.cells}
+        self.ledger = Ledger(self.control, members_of)
+        self.planner = Planner(RoundPolicy.from_plan(plan["rounds"]), self.ledger)
+        self.dir = args.cells_dir / runtime_key(plan, models)
+        self.prompts = {name: build_prompts(cell["spec"], models.target)
+                        for name, cell in {c["workload"]: c for c in plan["cells"]}.items()}
+        self.seconds: dict[str, float] = {name: 0.0 for name in plan["members"]}
+        self.progress: tqdm | None = None
+
+    # --- cache -------------------------------------------------------------------------------------------------
+    def path(self, cell: str, member: str, round_: int) -> Path:
+        return self.dir / f"{cell}-r{round_}-{member}.parquet"
+
+    def load_cached(self) -> int:
+        """Read the finished cells of earlier runs; a truncated or foreign file is measured again, never read."""
+        n = 0
+        for path in sorted(self.dir.glob("*.parquet")) if self.dir.is_dir() else []:
+            match = CELL_FILE.match(path.name)
+            if not match or match["cell"] not in self.cells or match["member"] not in self.plan["members"]:
+                continue
+            try:
+                frame = read_records(path)
+            except Exception as err:  # pyarrow raises several types for a damaged file
+                log.warning("cached cell %s is unreadable (%s): measuring it again", path, err)
+                path.unlink()
+                continue
+            self.ledger.add(match["cell"], match["member"], int(match["round"]), cell_metrics(frame))
+            n += 1
+        return n
+
+    # --- one measurement ---------------------------------------------------------------------------------------
+    def measure(self, live: Live, cell: str, member: str, round_: int) -> None:
+        supervisor = self.args.supervisor_pid
+        if supervisor and not pid_alive(supervisor):
+            # Snakemake was killed (SIGKILL leaves its jobs running): stop, so its rerun measures alone
+            raise SystemExit(f"the Snakemake process that started this job (pid {supervisor}) is gone: stopping")
+        spec = self.cells[cell]
+        wl = spec["spec"]
+        tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
+        cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
+                             self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
+                             api_key=live.spec.api_key)
+        start_ts, t0 = time.time(), time.perf_counter()
+        result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
+                          watchdog=functools.partial(watch, live.process, live.url))
+        live.process.check_alive()
+        if len(result.records) != cell_plan.total:
+            raise RuntimeError(f"cell {tag}: sent {cell_plan.total} requests but recorded {len(result.records)}")
+        frame = cell_frame(result, member, spec["workload"], wl["temperature"], spec["concurrency"], round_,
+                           self.id, start_ts)
+        write_parquet_atomic(frame, self.path(cell, member, round_))
+        metrics = cell_metrics(frame)
+        self.ledger.add(cell, member, round_, metrics)
+        self.seconds[member] += time.perf_counter() - t0
+        log.info("cell %s: %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% of one core",
+                 tag, int(frame.error.notna().sum()), metrics["aggregate_tok_s"], metrics["per_request_tok_s"],
+                 100 * result.client_cpu_s / result.wall_s)
+        if self.progress is not None:
+            self.progress.update()
+
+    # --- the three designs -------------------------------------------------------------------------------------
+    def server(self, name: str, gpus: str | None = None):
+        return member_server(self.plan, name, self.models, self.args.threads, self.args.server_log_dir, gpus)
+
+    def pending(self) -> bool:
+        """Whether a round still needs a cell measured: a rerun with every cell cached starts no server."""
+        for round_ in range(self.planner.policy.max_repeats):
+            active = self.planner.active(round_, list(self.cells))
+            if not active:
+                return False
+            if any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c]):
+                return True
+        return False
+
+    def run_interleaved(self) -> None:
+        if not self.pending():
+            return
+        names = list(self.plan["members"])
+        gpus = gpu_slices(self.plan, names) if self.plan["engine"] == "sglang" else {}
+        with ExitStack() as stack:
+            servers = {name: stack.enter_context(self.server(name, gpus.get(name))) for name in names}
+            for round_ in range(self.planner.policy.max_repeats):
+                active = self.planner.active(round_, list(self.cells))
+                if not active:
+                    break
+                for cell in seeded_order(active, self.id, round_):
+                    if self.planner.over_budget(round_):
+                        return
+                    for member in seeded_order(self.ledger.members_of[cell], self.id, cell, round_):
+                        if not self.ledger.done(cell, member, round_):
+                            self.measure(servers[member], cell, member, round_)
+
+    def run_blocked(self) -> None:
+        names = sorted(self.plan["members"])
+        for round_ in range(self.planner.policy.max_repeats):
+            active = self.planner.active(round_, list(self.cells))
+            if not active or self.planner.over_budget(round_):
+                return
+            for member in block_order(names, round_):
+                todo = [c for c in seeded_order(active, self.id, round_)
+                        if member in self.ledger.members_of[c] and not self.ledger.done(c, member, round_)]
+                if todo:
+                    with self.server(member) as live:
+                        for cell in todo:
+                            self.measure(live, cell, member, round_)
+
+    def run_sequential(self) -> None:
+        for member in sorted(self.plan["members"]):
+            todo = [(c, r) for r in range(self.planner.policy.repeats) for c in sorted(self.cells)
+                    if member in self.ledger.members_of[c] and not self.ledger.done(c, member, r)]
+            if todo:
+                with self.server(member) as live:
+                    for cell, round_ in todo:
+                        self.measure(live, cell, member, round_)
+
+    # --- the job -----------------------------------------------------------------------------------------------
+    def run(self) -> dict:
+        manifest = self.args.cells_dir / MANIFEST
+        if not manifest.is_file():
+            write_text_atomic(manifest, json.dumps({k: self.plan[k] for k in
+                                                   ("id", "control", "members", "cells", "schedule")}, indent=1))
+        cached = self.load_cached()
+        schedule = resolve_schedule(self.plan, self.models)
+        first = sum(len(m) for m in self.ledger.members_of.values()) * self.planner.policy.repeats
+        log.info("cohort %s: control %s; members %s; %d cells; %d cached cell-rounds; schedule %s (configured %s)",
+                 self.id, self.control, ", ".join(self.plan["members"]), len(self.cells), cached, schedule,
+                 self.plan["schedule"])
+        for name, member in self.plan["members"].items():
+            log.info("member %s: %d cells", name, len(member["cells"]))
+        bandwidth = stream_bandwidth_gbs()
+        log.info("machine: streaming memory bandwidth %.1f GB/s (one thread, sum over 256 MB)", bandwidth)
+        t0 = time.perf_counter()
+        with tqdm(total=max(first - cached, 0), desc=f"{self.id} cells", unit="cell") as self.progress:
+            {"interleaved": self.run_interleaved, "blocked": self.run_blocked,
+             "sequential": self.run_sequential}[schedule]()
+        measuring_s = time.perf_counter() - t0
+        for name, seconds in self.seconds.items():
+            log.info("time measuring %s: %.0f s", name, seconds)
+        log.info("time measuring in all (servers' start-up included): %.0f s%s", measuring_s,
+                 "; the time budget (benchmark.time_budget_min) ended it" if self.planner.budget_hit else "")
+        return self.meta(schedule, measuring_s, bandwidth)
+
+    def meta(self, schedule: str, measuring_s: float, bandwidth: float) -> dict:
+        policy = self.planner.policy
+        cells = []
+        for key, spec in self.cells.items():
+            half = self.ledger.half_width_pct(key)
+            cells.append({"workload": spec["workload"], "concurrency": spec["concurrency"],
+                          "rounds": len(self.ledger.complete_rounds(key)),
+                          "half_width_pct": half if half != float("inf") else None,
+                          "precision_met": half <= policy.precision_pct})
+        return {"cohort": self.id, "control": self.control, "members": list(self.plan["members"]),
+                "schedule": schedule, "schedule_configured": self.plan["schedule"],
+                "precision_pct": policy.precision_pct, "repeats": policy.repeats, "max_repeats": policy.max_repeats,
+                "time_budget_min": self.plan["rounds"]["time_budget_min"], "budget_hit": self.planner.budget_hit,
+                "measuring_s": measuring_s, "member_s": self.seconds, "mem_bandwidth_gbs": bandwidth,
+                "cells": cells}
+
+    def records(self) -> pd.DataFrame:
+        frames = [read_records(self.path(cell, member, r)) for (cell, member, r) in sorted(self.ledger.values)]
+        return pd.concat(frames, ignore_index=True)
+
+
+async def watch(server: ServerProcess, url: str, session: aiohttp.ClientSession) -> None:
+    """Beside a running cell: a server that exits, or stops answering /health (a hang, e.g. SIGSTOP), fails the job
+    within ~HANG_CHECKS x (HANG_EVERY_S + HANG_TIMEOUT_S), long before the request timeout would."""
+    missed = 0
+    while True:
+        await asyncio.sleep(HANG_EVERY_S)
+        server.raise_if_dead("died during a cell")
+        try:
+            async with session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=HANG_TIMEOUT_S)) as resp:
+                missed = 0 if resp.status == 200 else missed + 1
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            missed += 1
+        if missed >= HANG_CHECKS:
+            raise ServerError(f"server at {url} stopped answering /health during a cell ({missed} checks in a row);"
+                              f" log {server.log_path} ends with:\n{log_tail(server.log_path)}")
+
+
+def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:
+    """The cell's aggregate and median per-request tok/s, as the analysis defines them (analysis/metrics.py)."""
+    row = cell_table(add_request_metrics(frame)).iloc[0]
+    return {"aggregate_tok_s": float(row["aggregate_tok_s"]), "per_request_tok_s": float(row["per_request_tok_s_median"])}
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM (Snakemake cancelling, Slurm pre-empting) unwinds like Ctrl-C: every server is stopped, none orphaned."""
+    raise SystemExit(128 + signum)
+
+
+def main(argv: list[str] | None = None) -> None:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--plan", required=True, help="JSON from workflow_scripts.client.cohorts.cohort_plan")
+    parser.add_argument("--target", type=Path, required=True, help="target model dir (or SGLang model path)")
+    parser.add_argument("--draft", type=Path, default=None)
+    parser.add_argument("--moe-installed", type=Path, default=None, help="installed.json of the MoE install rule")
+    parser.add_argument("--cells-dir", type=Path, required=True, help="the cohort's cache folder")
+    parser.add_argument("--server-log-dir", type=Path, required=True)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--meta-out", type=Path, required=True)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--supervisor-pid", type=int, default=None,
+                        help="stop when this process (the Snakemake that runs the job: $PPID of its shell) is gone")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", stream=sys.stderr)
+    plan = json.loads(args.plan)
+    installed = json.loads(args.moe_installed.read_text()) if args.moe_installed else None
+    cohort = Cohort(plan, Models(args.target, args.draft, installed), args)
+    meta = cohort.run()
+    write_parquet_atomic(cohort.records(), args.out)
+    write_text_atomic(args.meta_out, json.dumps(meta, indent=1))
+    log.info("wrote %s and %s", args.out, args.meta_out)
+
+
+if __name__ == "__main__":
+    main()
