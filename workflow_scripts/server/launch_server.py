@@ -78,6 +78,7 @@ def build_state(args: ServerArgs, engine: EngineClient, tokenizer) -> ServerStat
             speculating=args.speculative_algorithm is not None,
             stream_interval=args.stream_interval,
             metrics=ServerMetrics(args.served_model_name) if args.enable_metrics else None,
+            num_draft_tokens=args.speculative_num_draft_tokens or 0,
         ),
         limits=ModelLimits(
             vocab_size=engine.info["vocab_size"],

@@ -70,10 +70,12 @@ class Generator:
         speculating: bool,
         stream_interval: int = 1,
         metrics: ServerMetrics | None = None,
+        num_draft_tokens: int = 0,  # --speculative-num-draft-tokens; the engine lives in another process
     ):
         self.engine = engine
         self.decode = decode
         self.speculating = speculating
+        self.num_draft_tokens = num_draft_tokens
         self.stream_interval = stream_interval
         self.metrics = metrics
         self._in_flight: set[str] = set()
@@ -130,7 +132,7 @@ class Generator:
             # SGLang's fill_spec_decoding_meta: proposed = verify forwards x (num_draft_tokens - 1), whatever the
             # drafter found (an NGRAM miss still fills its verify width); correct drafts leave the bonus token out.
             verify = last.spec_verify_ct
-            proposed = verify * (self.engine.spec.num_draft_tokens - 1)
+            proposed = verify * (self.num_draft_tokens - 1)
             correct = last.spec_accepted_drafts
             meta.update(
                 spec_verify_ct=verify,
