@@ -70,6 +70,10 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
     records = pd.read_parquet(tmp_path / "out.parquet")
     assert sorted(records.groupby(["setting", "repeat"]).groups) == [
         ("baseline", 0), ("baseline", 1), ("baseline_aa", 0), ("baseline_aa", 1)]
+    for _, cell in records.groupby(["setting", "repeat"]):  # the server's own count beside the client's
+        server = json.loads(cell.cell_server_metrics.iloc[0])
+        assert server["sglang:generation_tokens_total"] == cell.output_tokens.sum()
+        assert server["sglang:num_requests_total"] == len(cell)
     meta = json.loads((tmp_path / "out.json").read_text())
     assert meta["schedule"] == "interleaved" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
     cached = sorted((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))

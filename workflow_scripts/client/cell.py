@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from workflow_scripts.client.prompts import Prompt
+from workflow_scripts.client.server_metrics import cell_deltas, scrape
 from workflow_scripts.client.streaming import RequestRecord, send
 
 
@@ -29,6 +30,7 @@ class CellPlan:
     model: str = "default"
     incremental: bool = False  # the server streams deltas (--incremental-streaming-output)
     api_key: str | None = None  # the server's --api-key, if it has one
+    metrics: bool = False  # scrape the server's /metrics before and after the cell (--enable-metrics)
 
     @property
     def total(self) -> int:
@@ -41,6 +43,7 @@ class CellResult:
     warmup_ids: set[str]
     wall_s: float
     client_cpu_s: float  # the client's own CPU time over the cell: its overhead
+    server_metrics: dict[str, float] | None = None  # the server's own per-cell deltas (client/server_metrics.py)
 
 
 def sampling_params(workload: dict) -> dict:
@@ -75,6 +78,7 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
     connector = aiohttp.TCPConnector(limit=plan.concurrency)
     cpu0, wall0 = time.process_time(), time.perf_counter()
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        before = await scrape(session, base_url, plan.api_key) if plan.metrics else None
         work = asyncio.ensure_future(asyncio.gather(*(worker(session) for _ in range(plan.concurrency))))
         watch = asyncio.ensure_future(watchdog(session)) if watchdog else None
         try:
@@ -87,8 +91,10 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)  # retrieved: no "never retrieved" noise
+        wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
+        deltas = cell_deltas(before, await scrape(session, base_url, plan.api_key)) if plan.metrics else None
     warmup_ids = {f"{tag}-{i}" for i in range(plan.warmup)}
-    return CellResult(records, warmup_ids, time.perf_counter() - wall0, time.process_time() - cpu0)
+    return CellResult(records, warmup_ids, wall_s, cpu_s, deltas)
 
 
 def run_cell(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str,

@@ -5,6 +5,7 @@ Every file is written to a temporary name and renamed, so a crash never leaves a
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -46,6 +47,7 @@ RECORD_SCHEMA = pa.schema(
         ("cell_wall_s", pa.float64()),
         ("cell_client_cpu_s", pa.float64()),
         ("cell_start_ts", pa.float64()),  # wall clock (time.time()) when the cell started: the drift axis
+        ("cell_server_metrics", pa.string()),  # JSON: the server's /metrics deltas over the cell, null if not scraped
     ]
 )
 
@@ -80,4 +82,5 @@ def cell_frame(result: CellResult, setting: str, workload: str, temperature: flo
     df["cell_wall_s"] = result.wall_s
     df["cell_client_cpu_s"] = result.client_cpu_s
     df["cell_start_ts"] = start_ts
+    df["cell_server_metrics"] = json.dumps(result.server_metrics, sort_keys=True) if result.server_metrics else None
     return df[RECORD_SCHEMA.names]

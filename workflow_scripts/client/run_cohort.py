@@ -157,7 +157,7 @@ class Cohort:
         tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
         cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
                              self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
-                             api_key=live.spec.api_key)
+                             api_key=live.spec.api_key, metrics=live.spec.enable_metrics)
         start_ts, t0 = time.time(), time.perf_counter()
         result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
                           watchdog=functools.partial(watch, live.process, live.url))
@@ -190,6 +190,15 @@ class Cohort:
                 return True
         return False
 
+    def round_cells(self, round_: int) -> list[str]:
+        """The cells that get this round (the precision rule), the progress bar stretched to their measurements."""
+        active = self.planner.active(round_, list(self.cells))
+        todo = sum(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c])
+        if self.progress is not None and todo:
+            self.progress.total = max(self.progress.total or 0, self.progress.n + todo)
+            self.progress.refresh()
+        return active
+
     def run_interleaved(self) -> None:
         if not self.pending():
             return
@@ -198,7 +207,7 @@ class Cohort:
         with ExitStack() as stack:
             servers = {name: stack.enter_context(self.server(name, gpus.get(name))) for name in names}
             for round_ in range(self.planner.policy.max_repeats):
-                active = self.planner.active(round_, list(self.cells))
+                active = self.round_cells(round_)
                 if not active:
                     break
                 for cell in seeded_order(active, self.id, round_):
@@ -211,7 +220,7 @@ class Cohort:
     def run_blocked(self) -> None:
         names = sorted(self.plan["members"])
         for round_ in range(self.planner.policy.max_repeats):
-            active = self.planner.active(round_, list(self.cells))
+            active = self.round_cells(round_)
             if not active or self.planner.over_budget(round_):
                 return
             for member in block_order(names, round_):
@@ -227,6 +236,7 @@ class Cohort:
             todo = [(c, r) for r in range(self.planner.policy.repeats) for c in sorted(self.cells)
                     if member in self.ledger.members_of[c] and not self.ledger.done(c, member, r)]
             if todo:
+                self.progress.total += len(todo)
                 with self.server(member) as live:
                     for cell, round_ in todo:
                         self.measure(live, cell, member, round_)
@@ -239,7 +249,6 @@ class Cohort:
                                                    ("id", "control", "members", "cells", "schedule")}, indent=1))
         cached = self.load_cached()
         schedule = resolve_schedule(self.plan, self.models)
-        first = sum(len(m) for m in self.ledger.members_of.values()) * self.planner.policy.repeats
         log.info("cohort %s: control %s; members %s; %d cells; %d cached cell-rounds; schedule %s (configured %s)",
                  self.id, self.control, ", ".join(self.plan["members"]), len(self.cells), cached, schedule,
                  self.plan["schedule"])
@@ -248,7 +257,7 @@ class Cohort:
         bandwidth = stream_bandwidth_gbs()
         log.info("machine: streaming memory bandwidth %.1f GB/s (one thread, sum over 256 MB)", bandwidth)
         t0 = time.perf_counter()
-        with tqdm(total=max(first - cached, 0), desc=f"{self.id} cells", unit="cell") as self.progress:
+        with tqdm(total=0, desc=f"{self.id} cells", unit="cell") as self.progress:
             {"interleaved": self.run_interleaved, "blocked": self.run_blocked,
              "sequential": self.run_sequential}[schedule]()
         measuring_s = time.perf_counter() - t0
