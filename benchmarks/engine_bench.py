@@ -46,12 +46,18 @@ MIN_REQUESTS_PER_CELL = 4  # low-concurrency cells run several requests back to 
 
 @dataclass
 class Timed:
-    """One request's token timestamps and final event."""
+    """One request's token timestamps (one per token) and final event."""
 
     submit: float
     times: list[float]
     tokens: int = 0
     final: TokenEvent | None = None
+
+    @property
+    def step_gaps(self) -> list[float]:
+        """Seconds between consecutive token events (one event per engine step, 1..k+1 tokens each)."""
+        events = sorted(set(self.times))
+        return [b - a for a, b in zip(events, events[1:])]
 
     @property
     def decode_tok_s(self) -> float:
@@ -86,22 +92,25 @@ def make_prompts(model_dir: Path, n: int, realistic: bool, vocab: int, length: i
     return torch.randint(2, vocab, (n, length), generator=g).tolist()  # ids 0/1 are EOS/PAD in the built pair
 
 
-def run_cell(engine: Engine, prompts: list[list[int]], params: SamplingParams, concurrency: int,
+def run_cell(engine: Engine, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], concurrency: int,
              timeout: float = 600.0) -> list[Timed]:
-    """Closed loop: keep `concurrency` requests in flight until every prompt is done (bounded wait)."""
+    """Closed loop: keep `concurrency` requests in flight until every prompt is done (bounded wait).
+
+    `params` is one for all prompts, or one per prompt.
+    """
     done = threading.Semaphore(0)
     results: list[Timed] = []
-    pending = list(prompts)
+    pending = list(zip(prompts, params if isinstance(params, list) else [params] * len(prompts)))
     lock = threading.Lock()
 
     def submit_next() -> None:
         with lock:
             if not pending:
                 return
-            prompt = pending.pop(0)
+            prompt, prompt_params = pending.pop(0)
             rec = Timed(time.perf_counter(), [])
             results.append(rec)
-        engine.submit(f"bench-{time.monotonic_ns()}-{len(results)}", prompt, params, sink_for(rec))
+        engine.submit(f"bench-{time.monotonic_ns()}-{len(results)}", prompt, prompt_params, sink_for(rec))
 
     def sink_for(rec: Timed):
         def sink(ev: TokenEvent) -> None:
@@ -201,6 +210,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--steps", default="1,2,3")
     ap.add_argument("--concurrency", default="1,4,16")
+    ap.add_argument("--enable-mixed-chunk", action="store_true", help="every engine mixes prefill chunks into decode forwards")
     ap.add_argument("--out", type=Path, help="also write the markdown report here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)  # shows which MoE config is used
@@ -219,13 +229,15 @@ def main(argv: list[str] | None = None) -> None:
     N = args.new_tokens
     settings: dict[str, SpecConfig | None] = {"none": None}
     settings.update({f"steps{k}": SpecConfig("STANDALONE", k, 1, k + 1, args.draft) for k in steps})
-    engines = {name: Engine(args.target, spec, max_c, 0, num_threads=args.threads, dtype=args.dtype)
+    engines = {name: Engine(args.target, spec, max_c, 0, num_threads=args.threads, dtype=args.dtype,
+                            enable_mixed_chunk=args.enable_mixed_chunk)
                for name, spec in settings.items()}
     for e in engines.values():
         e.start()
     vocab = engines["none"].vocab_size
     report = [f"# Engine benchmark\n\nPair: `{args.target}` + `{args.draft}` ({source}). Threads: {args.threads}. dtype: {args.dtype}. "
-              f"New tokens: {N}. Repeats: {args.repeats} (median). Engine driven in-process (threads), not over HTTP."]
+              f"New tokens: {N}. Repeats: {args.repeats} (median). Mixed prefill: {'on' if args.enable_mixed_chunk else 'off'}. "
+              "Engine driven in-process (threads), not over HTTP."]
     try:
         from transformers import AutoModelForCausalLM
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from workflow_scripts.server.server_args import parse_server_args
+from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +53,9 @@ SPEC_CASES = {
     "zero slots": (["--max-running-requests", "0"], "--max-running-requests"),
     "unknown algorithm": (["--speculative-algorithm", "EAGLE9"], "--speculative-algorithm"),
     "unsupported dtype": (["--dtype", "float16"], "--dtype"),
+    "zero chunk": (["--chunked-prefill-size", "0"], "--chunked-prefill-size"),
+    "negative chunk": (["--chunked-prefill-size", "-2"], "--chunked-prefill-size"),
+    "chunk not int": (["--chunked-prefill-size", "8k"], "--chunked-prefill-size"),
     "standalone without draft": (["--speculative-algorithm", "STANDALONE"], "--speculative-draft-model-path"),
     "steps without algorithm": (["--speculative-num-steps", "2"], "--speculative-num-steps"),
     "partial spec numbers": (
@@ -108,3 +112,11 @@ def test_speculation_defaults_follow_sglang(tiny_models):
     assert (args.speculative_num_steps, args.speculative_eagle_topk, args.speculative_num_draft_tokens) == (3, 1, 4)
     plain = parse_server_args(["--model-path", str(tiny_models["target"])])
     assert plain.spec_config() is None and plain.tokenizer_path == str(tiny_models["target"])
+
+
+def test_chunked_prefill_flags_follow_sglang(tiny_models):
+    model = ["--model-path", str(tiny_models["target"])]
+    plain = parse_server_args(model)
+    assert (plain.chunked_prefill_size, plain.enable_mixed_chunk) == (DEFAULT_CHUNKED_PREFILL_SIZE, False)
+    mixed = parse_server_args([*model, "--chunked-prefill-size", "-1", "--enable-mixed-chunk"])
+    assert (mixed.chunked_prefill_size, mixed.enable_mixed_chunk) == (-1, True)  # -1: chunking off, as in SGLang

@@ -89,6 +89,8 @@ def load_engine(config: dict):
         context_length=config["context_length"],
         num_threads=config["num_threads"],
         dtype=config["dtype"],
+        chunked_prefill_size=config["chunked_prefill_size"],
+        enable_mixed_chunk=config["enable_mixed_chunk"],
     )
 
 

@@ -170,6 +170,28 @@ class KVCache:
             buf[dst, :, :length] = buf[src, :, :length]
 
 
+@dataclass(frozen=True)
+class Segment:
+    """Rows of one forward that feed the same number of tokens: tokens [b, t] for slots slot..slot+b-1.
+
+    Row i's tokens go to positions start[i]..start[i]+t-1 of its slot.
+    """
+
+    tokens: torch.Tensor
+    start: torch.Tensor
+    slot: int
+
+
+@dataclass(frozen=True)
+class _AttentionPlan:
+    """Per-segment attention inputs, computed once per forward rather than once per layer."""
+
+    positions: torch.Tensor  # [b, t]
+    kv_len: int
+    mask: torch.Tensor | None
+    rows: torch.Tensor | None  # slot index per token for the cache write; None for a single row
+
+
 class DecoderModel:
     """Qwen3 (dense) or Qwen3-MoE causal LM, inference only."""
 
@@ -246,7 +268,6 @@ class DecoderModel:
             self._cos, self._sin, self._rope_len = emb.cos().to(self.dtype), signed_sin.to(self.dtype), n
         return self._cos[positions], self._sin[positions]
 
-    @torch.inference_mode()
     def forward(self, tokens: torch.Tensor, start: torch.Tensor, cache: KVCache, slot_offset: int = 0) -> torch.Tensor:
         """Run tokens [B, T] for rows whose caches already hold start[b] positions; return final hidden [B, T, H].
 
@@ -254,45 +275,80 @@ class DecoderModel:
         real tokens may be right-padded: padded positions write cache entries beyond the row's
         length, which no later query reads before they are overwritten.
         """
+        return self.forward_segments([Segment(tokens, start, slot_offset)], cache)[0]
+
+    @torch.inference_mode()
+    def forward_segments(self, segments: list[Segment], cache: KVCache) -> list[torch.Tensor]:
+        """One forward over several segments (decode rows, prefill chunks); the final hidden [b, t, H] of each.
+
+        Projections, MoE and norms run once over every segment's tokens packed together, so a forward
+        that mixes prefill chunks into a decode batch reads each weight once; only attention (and the
+        cache write) runs per segment, over that segment's own contiguous slots.
+        """
         cfg = self.cfg
-        B, T = tokens.shape
-        offsets = torch.arange(T)
-        positions = start[:, None] + offsets[None, :]  # [B, T]
-        kv_len = int(positions.max()) + 1
-        if kv_len > cache.capacity:
-            raise ValueError(f"position {kv_len - 1} exceeds KV cache capacity {cache.capacity}")
+        plans = [self._plan(seg, cache) for seg in segments]
+        sizes = [seg.tokens.numel() for seg in segments]
+        one = len(segments) == 1
+        flat = segments[0].tokens.reshape(-1) if one else torch.cat([seg.tokens.reshape(-1) for seg in segments])
+        positions = plans[0].positions.reshape(-1) if one else torch.cat([p.positions.reshape(-1) for p in plans])
         cos, sin = self._rope(positions)
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]
-        # a single sequence decoding one token sees its whole cache: no mask needed
-        mask = None if B == T == 1 else torch.arange(kv_len)[None, None, None, :] <= positions[:, None, :, None]
-        rows = torch.arange(slot_offset, slot_offset + B)[:, None].expand(B, T) if B > 1 else None
-        start0 = int(start[0]) if rows is None else 0
+        cos, sin = cos[:, None], sin[:, None]  # [N, 1, D]
         nh, nkv, hd = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
         half = hd // 2
-        h = F.embedding(tokens, self.embed)
+        N = flat.shape[0]
+        h = F.embedding(flat, self.embed)  # [N, H]
         for li, layer in enumerate(self.layers):
             x = rms_norm(h, layer.input_norm, cfg.rms_norm_eps)
             q, k, v = layer.qkv(x).split((nh * hd, nkv * hd, nkv * hd), dim=-1)
-            q = rms_norm(q.view(B, T, nh, hd), layer.q_norm, cfg.rms_norm_eps).transpose(1, 2)
-            k = rms_norm(k.view(B, T, nkv, hd), layer.k_norm, cfg.rms_norm_eps).transpose(1, 2)
+            q = rms_norm(q.view(N, nh, hd), layer.q_norm, cfg.rms_norm_eps)
+            k = rms_norm(k.view(N, nkv, hd), layer.k_norm, cfg.rms_norm_eps)
             q = q * cos + q.roll(half, -1) * sin
             k = k * cos + k.roll(half, -1) * sin
-            kc, vc = cache.k[li], cache.v[li]
-            if rows is None:  # one row: a plain slice copy beats advanced-index writes
-                kc[slot_offset, :, start0 : start0 + T] = k[0]
-                vc[slot_offset, :, start0 : start0 + T] = v.view(T, nkv, hd).transpose(0, 1)
+            v = v.view(N, nkv, hd)
+            if one:
+                attn = self._attend(li, segments[0], plans[0], q, k, v, cache)
             else:
-                kc[rows, :, positions] = k.transpose(1, 2)
-                vc[rows, :, positions] = v.view(B, T, nkv, hd)
-            keys = kc[slot_offset : slot_offset + B, :, :kv_len]
-            values = vc[slot_offset : slot_offset + B, :, :kv_len]
-            attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=nh != nkv)
-            h = h + layer.o(attn.transpose(1, 2).reshape(B, T, nh * hd))
+                parts = zip(segments, plans, q.split(sizes), k.split(sizes), v.split(sizes))
+                attn = torch.cat([self._attend(li, *part, cache) for part in parts])
+            h = h + layer.o(attn)
             x = rms_norm(h, layer.post_norm, cfg.rms_norm_eps)
-            h = h + self._mlp(layer, x.view(B * T, -1)).view(B, T, -1)
-        return rms_norm(h, self.final_norm, cfg.rms_norm_eps)
+            h = h + self._mlp(layer, x)
+        h = rms_norm(h, self.final_norm, cfg.rms_norm_eps)
+        return [part.view(*seg.tokens.shape, -1) for seg, part in zip(segments, h.split(sizes))]
+
+    def _plan(self, seg: Segment, cache: KVCache) -> _AttentionPlan:
+        B, T = seg.tokens.shape
+        positions = seg.start[:, None] + torch.arange(T)[None, :]  # [B, T]
+        kv_len = int(positions.max()) + 1
+        if kv_len > cache.capacity:
+            raise ValueError(f"position {kv_len - 1} exceeds KV cache capacity {cache.capacity}")
+        # a single sequence decoding one token sees its whole cache: no mask needed
+        mask = None if B == T == 1 else torch.arange(kv_len)[None, None, None, :] <= positions[:, None, :, None]
+        rows = torch.arange(seg.slot, seg.slot + B)[:, None].expand(B, T) if B > 1 else None
+        return _AttentionPlan(positions, kv_len, mask, rows)
+
+    def _attend(self, li: int, seg: Segment, plan: _AttentionPlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                cache: KVCache) -> torch.Tensor:
+        """Write one segment's K/V [b*t, kv_heads, D] into its slots and attend; returns [b*t, heads*D]."""
+        B, T = seg.tokens.shape
+        nh, hd = self.cfg.num_heads, self.cfg.head_dim
+        kc, vc = cache.k[li], cache.v[li]
+        if plan.rows is None:  # one row: a plain slice copy beats advanced-index writes
+            start0 = int(seg.start[0])
+            kc[seg.slot, :, start0 : start0 + T] = k.transpose(0, 1)
+            vc[seg.slot, :, start0 : start0 + T] = v.transpose(0, 1)
+        else:
+            kc[plan.rows, :, plan.positions] = k.view(B, T, *k.shape[1:])
+            vc[plan.rows, :, plan.positions] = v.view(B, T, *v.shape[1:])
+        keys = kc[seg.slot : seg.slot + B, :, : plan.kv_len]
+        values = vc[seg.slot : seg.slot + B, :, : plan.kv_len]
+        q = q.view(B, T, nh, hd).transpose(1, 2)
+        attn = F.scaled_dot_product_attention(q, keys, values, attn_mask=plan.mask, scale=self.scale,
+                                              enable_gqa=nh != self.cfg.num_kv_heads)
+        return attn.transpose(1, 2).reshape(B * T, nh * hd)
 
     def _mlp(self, layer: Layer, x: torch.Tensor) -> torch.Tensor:
+        """x [N, H] -> [N, H]."""
         if layer.experts is None:
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             return layer.down(F.silu(gate) * up)

@@ -1,28 +1,42 @@
-"""The embedded engine: continuous batching with optional speculative decoding, on one thread.
+"""The embedded engine: continuous batching with chunked, optionally mixed prefill and speculative decoding, on one thread.
 
-Each loop iteration: apply aborts, admit waiting requests up to max_running_requests (one ragged
-prefill forward for all of them, which also yields their first token), then one decode step for
-every running sequence: a plain batched forward, or draft proposal + one batched verify forward.
-Running sequences always occupy KV slots 0..B-1 (a finished one's slot is refilled by moving the
-last sequence into it), so every batched forward reads its cache as a slice.
+Each loop iteration: apply aborts, pick prompt tokens to prefill (SGLang's `--chunked-prefill-size`: at
+most that many per forward; a longer prompt is split, and its rest goes first in the next iteration), then
+- without `--enable-mixed-chunk`: one forward over those prompt chunks, then one decode step for every
+  running sequence (a plain batched forward, or draft proposal + one batched verify forward);
+- with it: the prompt chunks ride in the decode step's own target forward, so a refill no longer costs the
+  running sequences a forward of its own.
+A prompt whose last chunk was prefilled yields its first token and joins the running batch.
+Running sequences always occupy KV slots 0..R-1 (a finished one's slot is refilled by moving the last
+sequence into it) and the one partly prefilled prompt, if any, slot R, so every forward segment reads its
+cache as a slice.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import threading
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from workflow_scripts.engine.model import DecoderModel
+from workflow_scripts.engine.model import DecoderModel, Segment
 from workflow_scripts.engine.sampling import RowParams, choose_tokens, greedy_accept, sampling_probs, speculative_accept
-from workflow_scripts.engine.speculative import Drafter, NgramDrafter, StandaloneDrafter, pad_rows
-from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
+from workflow_scripts.engine.sequence import Sequence
+from workflow_scripts.engine.speculative import Drafter, NgramDrafter, Proposal, StandaloneDrafter
+from workflow_scripts.engine.types import (
+    DEFAULT_CHUNKED_PREFILL_SIZE,
+    EngineConfigError,
+    SamplingParams,
+    SpecConfig,
+    TokenEvent,
+    chunked_prefill_problem,
+)
 from workflow_scripts.speculation_rules import NUMBER_KEYS, speculation_problem
 
 logger = logging.getLogger(__name__)
@@ -30,34 +44,30 @@ logger = logging.getLogger(__name__)
 ALGORITHMS = ("STANDALONE", "NGRAM")
 DEFAULT_CONTEXT_LENGTH = 2048
 THREADS_ENV = "SPECSTUDY_ENGINE_THREADS"
-PREFILL_TOKEN_BUDGET = 8192  # padded tokens per prefill forward; more waits for the next iteration
+MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default: bounds a prefill batch when chunking is off
 
 
-@dataclass
-class Sequence:
-    """A request's state while the engine holds it."""
+@dataclass(frozen=True)
+class PrefillRow:
+    """Prompt tokens [start, start + length) of one sequence, prefilled in this iteration."""
 
-    rid: str
-    tokens: list[int]  # prompt + committed output; the last token is not yet in the target cache
-    prompt_len: int
-    params: SamplingParams
-    sink: Callable[[TokenEvent], None]
-    slot: int = -1
-    draft_len: int = 0  # positions held by the draft cache (STANDALONE)
-    verify_ct: int = 0
-    accepted: int = 0
-    proposed: int = 0
-    correct_drafts_histogram: list[int] = field(default_factory=list)  # [i] = verifies that accepted i drafts
-    stop_ids: frozenset[int] = field(default_factory=frozenset)
-    finished: bool = False
+    seq: Sequence
+    start: int
+    length: int
 
     @property
-    def output_len(self) -> int:
-        return len(self.tokens) - self.prompt_len
+    def completes(self) -> bool:
+        return self.start + self.length == self.seq.prompt_len
 
-    @property
-    def cache_len(self) -> int:
-        return len(self.tokens) - 1
+
+def prefill_segments(rows: list[PrefillRow]) -> list[Segment]:
+    """Consecutive rows (consecutive slots) with equal chunk lengths share a segment: no padded tokens."""
+    segments: list[Segment] = []
+    for _, same_length in itertools.groupby(rows, key=lambda r: r.length):
+        group = list(same_length)
+        tokens = torch.tensor([r.seq.tokens[r.start : r.start + r.length] for r in group])
+        segments.append(Segment(tokens, torch.tensor([r.start for r in group]), group[0].seq.slot))
+    return segments
 
 
 def validate_spec(spec: SpecConfig) -> None:
@@ -110,9 +120,13 @@ class Engine:
         context_length: int | None = None,
         num_threads: int | None = None,
         dtype: str = "auto",
+        chunked_prefill_size: int = DEFAULT_CHUNKED_PREFILL_SIZE,
+        enable_mixed_chunk: bool = False,
     ):
         if max_running_requests < 1:
             raise EngineConfigError(f"--max-running-requests must be >= 1, got {max_running_requests}")
+        if problem := chunked_prefill_problem(chunked_prefill_size):
+            raise EngineConfigError(problem)
         threads = num_threads or int(os.environ.get(THREADS_ENV, "0"))
         if threads > 0:
             torch.set_num_threads(threads)
@@ -129,6 +143,14 @@ class Engine:
         self.context_length = context_length or min(limit, DEFAULT_CONTEXT_LENGTH)
         self.spec = spec
         self.max_running_requests = max_running_requests
+        # SGLang: -1 disables chunking, and mixing needs chunking (Scheduler.is_mixed_chunk).
+        self.chunked_prefill_size = chunked_prefill_size if chunked_prefill_size > 0 else None
+        self.enable_mixed_chunk = enable_mixed_chunk and self.chunked_prefill_size is not None
+        if enable_mixed_chunk and not self.enable_mixed_chunk:
+            logger.warning("--enable-mixed-chunk has no effect with --chunked-prefill-size -1 (as in SGLang)")
+        if self.enable_mixed_chunk and spec is not None:
+            logger.info("mixed chunked prefill stays on under %s speculation (SGLang turns it off there): prompt "
+                        "chunks join the verify forward", spec.algorithm)
         k = spec.num_steps if spec else 0
         capacity = self.context_length + k + 2  # room for verify/draft writes past the last token
         self.cache = self.target.new_cache(max_running_requests, capacity)
@@ -148,10 +170,12 @@ class Engine:
         self._waiting: deque[Sequence] = deque()
         self._aborts: dict[str, str] = {}
         self._running: list[Sequence] = []
+        self._chunked: Sequence | None = None  # SGLang's chunked_req: a prompt prefilled in part, in slot len(_running)
         self._known: set[str] = set()
         self._thread: threading.Thread | None = None
         self._stopping = False
-        self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0}
+        self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
+                        "forwards": 0, "mixed_forwards": 0, "stall_forwards": 0, "prefill_tokens": 0}
 
     # ---- public, thread-safe -------------------------------------------------------------
     def start(self) -> None:
@@ -169,9 +193,10 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        for seq in [*self._running, *self._waiting]:
+        for seq in [*self._running, *self._held_chunked(), *self._waiting]:
             self._emit(seq, [], {"type": "abort", "message": "engine stopped"})
         self._running.clear()
+        self._chunked = None
         self._waiting.clear()
 
     def submit(self, rid: str, input_ids: list[int], params: SamplingParams, sink: Callable[[TokenEvent], None]) -> None:
@@ -205,20 +230,29 @@ class Engine:
                 self._lock.notify_all()
 
     def stats(self) -> dict:
-        """Counters for /server_info; avg_spec_accept_length = tokens per verify forward since start."""
+        """Counters for /server_info; avg_spec_accept_length = tokens per verify forward since start.
+
+        num_running counts the partly prefilled prompt too: it holds a slot.
+        """
         with self._lock:
             t = dict(self._totals)
-            running, waiting = len(self._running), len(self._waiting)
+            running, waiting = len(self._running) + (self._chunked is not None), len(self._waiting)
         return {
             "avg_spec_accept_length": t["spec_tokens"] / t["verify_ct"] if t["verify_ct"] else 0.0,
             "num_running": running,
             "num_waiting": waiting,
             "max_running_requests": self.max_running_requests,
             "context_length": self.context_length,
+            "chunked_prefill_size": self.chunked_prefill_size or -1,
+            "enable_mixed_chunk": self.enable_mixed_chunk,
             "total_verify_ct": t["verify_ct"],
             "total_accepted_drafts": t["accepted"],
             "total_proposed_drafts": t["proposed"],
             "total_generated_tokens": t["generated"],
+            "total_prefill_tokens": t["prefill_tokens"],
+            "total_forwards": t["forwards"],
+            "total_mixed_forwards": t["mixed_forwards"],
+            "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
             "num_finished": t["finished"],
         }
 
@@ -227,7 +261,7 @@ class Engine:
         with torch.inference_mode():
             while True:
                 with self._lock:
-                    while not self._stopping and not self._running and not self._waiting:
+                    while not self._stopping and not self._running and not self._waiting and self._chunked is None:
                         self._lock.wait(timeout=1.0)
                     if self._stopping:
                         return
@@ -235,48 +269,79 @@ class Engine:
                 try:
                     self._apply_aborts(aborts)
                     with self._lock:
-                        admitted, empty = self._admit()
+                        rows, empty = self._schedule_prefill()
                     for seq in empty:
                         self._finish(seq, [], {"type": "length", "length": 0})
-                    if admitted:
-                        self._prefill(admitted)
-                    if self._running:
-                        self._step()
+                    if self.enable_mixed_chunk:
+                        if rows or self._running:
+                            self._forward(rows, decode=bool(self._running))
+                    else:
+                        if rows:
+                            self._forward(rows, decode=False)
+                        if self._running:
+                            self._forward([], decode=True)
                 except Exception as e:  # keep serving: fail the batch in flight, not the server
-                    logger.exception("engine step failed; aborting %d running requests", len(self._running))
-                    for seq in self._running:
+                    held = [*self._running, *self._held_chunked()]
+                    logger.exception("engine step failed; aborting %d running requests", len(held))
+                    for seq in held:
                         if not seq.finished:
                             self._finish(seq, [], {"type": "abort", "message": f"engine error: {e}"})
+                    self._chunked = None
                     self._compact()
 
-    def _admit(self) -> tuple[list[Sequence], list[Sequence]]:
-        """Move waiting requests into free slots (caller holds the lock).
+    def _held_chunked(self) -> list[Sequence]:
+        return [self._chunked] if self._chunked is not None else []
 
-        Returns (admitted, empty): empty ones asked for 0 new tokens and need no slot.
+    def _schedule_prefill(self) -> tuple[list[PrefillRow], list[Sequence]]:
+        """Prompt tokens to prefill this iteration, as SGLang's PrefillAdder picks them (caller holds the lock).
+
+        The partly prefilled prompt continues first; then waiting requests take free slots in order while the
+        token budget lasts: --chunked-prefill-size, less one token per running request when mixing (SGLang's
+        mixed_with_decode_tokens). The last one admitted may get only a chunk; it becomes the chunked request.
+        Without chunking, whole prompts up to MAX_PREFILL_TOKENS (the first one always).
+        Returns (rows, empty): empty ones asked for 0 new tokens and need no slot.
         """
-        admitted: list[Sequence] = []
+        chunking = self.chunked_prefill_size is not None
+        budget = self.chunked_prefill_size if chunking else MAX_PREFILL_TOKENS
+        if self.enable_mixed_chunk:
+            budget -= len(self._running)
+        rows: list[PrefillRow] = []
         empty: list[Sequence] = []
-        width = 0
-        while self._waiting and len(self._running) < self.max_running_requests:
+        if self._chunked is not None:
+            seq = self._chunked
+            if budget <= 0:
+                return rows, empty
+            length = min(seq.prompt_len - seq.prefilled, budget)
+            rows.append(PrefillRow(seq, seq.prefilled, length))
+            budget -= length
+            if not rows[-1].completes:
+                return rows, empty
+        slots = self.max_running_requests - len(self._running) - len(rows)
+        while self._waiting and slots > 0 and budget > 0:
             seq = self._waiting[0]
-            width = max(width, len(seq.tokens))
-            if admitted and width * (len(admitted) + 1) > PREFILL_TOKEN_BUDGET:
+            if seq.params.max_new_tokens == 0:
+                empty.append(self._waiting.popleft())
+                continue
+            if not chunking and rows and seq.prompt_len > budget:
                 break
             self._waiting.popleft()
-            if seq.params.max_new_tokens == 0:
-                empty.append(seq)
-                continue
-            seq.slot = len(self._running)
-            self._running.append(seq)
-            admitted.append(seq)
-        return admitted, empty
+            seq.slot = len(self._running) + len(rows)
+            length = min(seq.prompt_len, budget) if chunking else seq.prompt_len
+            rows.append(PrefillRow(seq, 0, length))
+            budget -= length
+            slots -= 1
+        last = rows[-1] if rows else None
+        self._chunked = last.seq if last is not None and not last.completes else None
+        return rows, empty
 
     def _apply_aborts(self, aborts: dict[str, str]) -> None:
         if not aborts:
             return
-        for seq in list(self._running):
+        for seq in [*self._running, *self._held_chunked()]:
             if seq.rid in aborts:
                 self._finish(seq, [], {"type": "abort", "message": aborts.pop(seq.rid)})
+        if self._chunked is not None and self._chunked.finished:
+            self._chunked = None
         with self._lock:
             kept = deque()
             for seq in self._waiting:
@@ -295,17 +360,23 @@ class Engine:
             self._totals["finished"] += 1
 
     def _compact(self) -> None:
-        """Drop finished sequences, refilling each freed slot with the last running sequence."""
+        """Drop finished sequences, refilling each freed slot with the last running sequence; then move the
+        partly prefilled prompt, if any, to the slot right after the running ones."""
         for seq in sorted(self._running, key=lambda s: -s.slot):
             if not seq.finished:
                 continue
             last = self._running.pop()
             if last is not seq:
-                self.cache.move_slot(last.slot, seq.slot, last.cache_len)
-                if self.drafter is not None:
-                    self.drafter.move_slot(last.slot, seq.slot, last.draft_len)
-                last.slot = seq.slot
+                self._move(last, seq.slot)
                 self._running[seq.slot] = last
+        if self._chunked is not None and self._chunked.slot != len(self._running):
+            self._move(self._chunked, len(self._running))
+
+    def _move(self, seq: Sequence, slot: int) -> None:
+        self.cache.move_slot(seq.slot, slot, seq.cache_len)
+        if self.drafter is not None:
+            self.drafter.move_slot(seq.slot, slot, seq.draft_len)
+        seq.slot = slot
 
     def _emit(self, seq: Sequence, new_ids: list[int], reason: dict | None) -> None:
         event = TokenEvent(
@@ -348,41 +419,59 @@ class Engine:
             top_k=torch.tensor([s.params.top_k for s in seqs], dtype=torch.long),
         )
 
-    def _prefill(self, seqs: list[Sequence]) -> None:
-        """One ragged forward over the new prompts; samples each one's first token."""
-        offset = seqs[0].slot
-        tokens, lens = pad_rows([s.tokens for s in seqs])
-        hidden = self.target.forward(tokens, torch.zeros(len(seqs), dtype=torch.long), self.cache, offset)
-        logits = self.target.logits(hidden[torch.arange(len(seqs)), lens - 1])
-        if self.drafter is not None:
-            self.drafter.prefill(seqs, offset)
-        first = choose_tokens(logits, self._row_params(seqs), self._generator).tolist()
-        for seq, tok in zip(seqs, first):
-            self._commit(seq, [tok])
-        self._compact()
-
-    def _step(self) -> None:
-        seqs = list(self._running)
-        params = self._row_params(seqs)
-        if self.drafter is None:
+    def _forward(self, rows: list[PrefillRow], decode: bool) -> None:
+        """One target forward: a decode (or draft-verify) segment over the running sequences when `decode`,
+        plus the prompt chunks in `rows`. Prompts whose last chunk this was sample their first token and
+        join the running batch."""
+        seqs = list(self._running) if decode else []
+        segments: list[Segment] = []
+        proposal = params = None
+        if seqs:
+            params = self._row_params(seqs)
             last = torch.tensor([[s.tokens[-1]] for s in seqs])
             start = torch.tensor([s.cache_len for s in seqs])
-            logits = self.target.logits(self.target.forward(last, start, self.cache)[:, 0])
-            for seq, tok in zip(seqs, choose_tokens(logits, params, self._generator).tolist()):
-                self._commit(seq, [tok])
-        else:
-            self._spec_step(seqs, params)
+            if self.drafter is not None:
+                proposal = self.drafter.propose(seqs, params, self.spec.num_steps, self._generator)
+                last = torch.cat([last, proposal.tokens], dim=1)
+            segments.append(Segment(last, start, 0))
+        chunks = prefill_segments(rows)
+        hidden = self.target.forward_segments(segments + chunks, self.cache)
+        with self._lock:
+            self._totals["forwards"] += 1
+            self._totals["mixed_forwards"] += bool(seqs and rows)
+            self._totals["stall_forwards"] += bool(rows and not seqs and self._running)
+            self._totals["prefill_tokens"] += sum(r.length for r in rows)
+        if seqs:
+            if proposal is None:
+                logits = self.target.logits(hidden[0][:, 0])
+                for seq, tok in zip(seqs, choose_tokens(logits, params, self._generator).tolist()):
+                    self._commit(seq, [tok])
+            else:
+                self._verify(seqs, params, proposal, self.target.logits(hidden[0]))
+        if rows:
+            self._end_prefill(rows, chunks, hidden[len(segments):])
         self._compact()
 
-    def _spec_step(self, seqs: list[Sequence], params: RowParams) -> None:
-        """Draft k tokens per sequence, verify all of them in one target forward, keep the accepted run."""
-        k = self.spec.num_steps
-        proposal = self.drafter.propose(seqs, params, k, self._generator)
+    def _end_prefill(self, rows: list[PrefillRow], chunks: list[Segment], hidden: list[torch.Tensor]) -> None:
+        """Record the prefilled chunks (target and draft caches) and give completed prompts their first token."""
+        for r in rows:
+            r.seq.prefilled = r.start + r.length
+        if self.drafter is not None:
+            self.drafter.prefill([r.seq for r in rows], chunks)
+        done = [i for i, r in enumerate(rows) if r.completes]
+        if not done:
+            return
+        last_hidden = torch.cat([h[:, -1] for h in hidden])  # [rows, H]: every chunk's last position
+        seqs = [rows[i].seq for i in done]
+        logits = self.target.logits(last_hidden[done])
+        first = choose_tokens(logits, self._row_params(seqs), self._generator).tolist()
+        for seq, tok in zip(seqs, first):
+            self._running.append(seq)  # its slot is len(_running) already: completed rows precede the chunked one
+            self._commit(seq, [tok])
+
+    def _verify(self, seqs: list[Sequence], params: RowParams, proposal: Proposal, logits: torch.Tensor) -> None:
+        """Keep each row's accepted run of drafts plus the target's next token (lossless rejection sampling)."""
         B, K = proposal.tokens.shape
-        last = torch.tensor([[s.tokens[-1]] for s in seqs])
-        start = torch.tensor([s.cache_len for s in seqs])
-        hidden = self.target.forward(torch.cat([last, proposal.tokens], dim=1), start, self.cache)
-        logits = self.target.logits(hidden)
         if params.all_greedy:
             accepted, nxt = greedy_accept(logits.argmax(-1), proposal.tokens, proposal.num)
         else:

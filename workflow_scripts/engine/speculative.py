@@ -7,16 +7,14 @@ Both return the same shape of proposal, so the scheduler verifies them with one 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 
 from workflow_scripts.engine import ngram
-from workflow_scripts.engine.model import DecoderModel
+from workflow_scripts.engine.model import DecoderModel, Segment
 from workflow_scripts.engine.sampling import RowParams, sample, sampling_probs
-
-if TYPE_CHECKING:
-    from workflow_scripts.engine.scheduler import Sequence
+from workflow_scripts.engine.sequence import Sequence
 
 
 @dataclass(frozen=True)
@@ -27,7 +25,9 @@ class Proposal:
 
 
 class Drafter(Protocol):
-    def prefill(self, seqs: list[Sequence], slot_offset: int) -> None: ...
+    def prefill(self, seqs: list[Sequence], segments: list[Segment]) -> None:
+        """Take in prompt chunks the target has just prefilled (the same segments, slots and positions)."""
+
     def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal: ...
     def move_slot(self, src: int, dst: int, length: int) -> None: ...
 
@@ -51,11 +51,10 @@ class StandaloneDrafter:
         self.model = model
         self.cache = model.new_cache(slots, capacity)
 
-    def prefill(self, seqs: list[Sequence], slot_offset: int) -> None:
-        tokens, _ = pad_rows([s.tokens for s in seqs])
-        self.model.forward(tokens, torch.zeros(len(seqs), dtype=torch.long), self.cache, slot_offset)
+    def prefill(self, seqs: list[Sequence], segments: list[Segment]) -> None:
+        self.model.forward_segments(segments, self.cache)
         for s in seqs:
-            s.draft_len = len(s.tokens)
+            s.draft_len = s.prefilled
 
     def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal:
         B = len(seqs)
@@ -87,7 +86,7 @@ class StandaloneDrafter:
 class NgramDrafter:
     """Proposes continuations found earlier in the sequence; rows without a match propose nothing."""
 
-    def prefill(self, seqs: list[Sequence], slot_offset: int) -> None:
+    def prefill(self, seqs: list[Sequence], segments: list[Segment]) -> None:
         pass
 
     def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal:

@@ -5,7 +5,9 @@ The server codes against these names only. The engine itself is
 
     Engine(model_path, spec, max_running_requests, random_seed, context_length=None,
            num_threads=None,   # torch threads; None => $SPECSTUDY_ENGINE_THREADS, else torch's default
-           dtype="auto")       # SGLang's --dtype: auto (config.json's), float32 or bfloat16
+           dtype="auto",       # SGLang's --dtype: auto (config.json's), float32 or bfloat16
+           chunked_prefill_size=DEFAULT_CHUNKED_PREFILL_SIZE,  # SGLang's flag: max prompt tokens per forward; -1: no chunking
+           enable_mixed_chunk=False)  # SGLang's flag: prompt chunks ride in the running batch's decode forward
     .vocab_size, .eos_token_ids, .context_length
     .start() / .stop()
     .submit(rid, input_ids, params, sink)   # thread-safe; sink(TokenEvent) is called from the engine thread;
@@ -23,6 +25,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+
+# SGLang sizes --chunked-prefill-size by device memory (2048..16384; 8192 for 60-160 GB). The embedded engine keeps
+# the prefill budget it had before chunking existed.
+DEFAULT_CHUNKED_PREFILL_SIZE = 8192
+
+
+def chunked_prefill_problem(size: int) -> str | None:
+    """What is wrong with a --chunked-prefill-size (SGLang's meaning: a token budget, or -1 for no chunking)."""
+    if size != -1 and size < 1:
+        return f"--chunked-prefill-size must be -1 (disabled) or >= 1, got {size}"
+    return None
 
 
 class EngineConfigError(ValueError):

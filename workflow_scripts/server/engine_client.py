@@ -59,6 +59,8 @@ def engine_config(args: ServerArgs, requests_address: str, outputs_address: str)
         "context_length": args.context_length,
         "num_threads": args.num_threads,
         "dtype": args.dtype,
+        "chunked_prefill_size": args.chunked_prefill_size,
+        "enable_mixed_chunk": args.enable_mixed_chunk,
         "spec": None
         if spec is None
         else {

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from workflow_scripts.engine.types import SpecConfig
+from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SpecConfig, chunked_prefill_problem
 from workflow_scripts.speculation_rules import speculation_problem
 
 SPEC_ALGORITHMS = ("STANDALONE", "NGRAM")
@@ -50,6 +50,8 @@ class ServerArgs:
     speculative_num_steps: int | None
     speculative_eagle_topk: int | None
     speculative_num_draft_tokens: int | None
+    chunked_prefill_size: int
+    enable_mixed_chunk: bool
     incremental_streaming_output: bool = False
     stream_interval: int = 1
     enable_metrics: bool = False
@@ -102,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--chunked-prefill-size", type=int, default=None,
+                   help=f"max prompt tokens prefilled per forward; -1 disables chunking (default {DEFAULT_CHUNKED_PREFILL_SIZE})")
+    p.add_argument("--enable-mixed-chunk", action="store_true",
+                   help="prefill chunks of new requests join the running decode batch in one forward")
     p.add_argument("--incremental-streaming-output", action="store_true",
                    help="streamed /generate chunks carry only the new text and output_ids (default: cumulative)")
     p.add_argument("--stream-interval", type=int, default=1,
@@ -167,6 +173,8 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
     if ns.api_key is not None and not ns.api_key.strip():
         raise ServerArgsError("--api-key must not be empty")
     _check_positive(ns, "context_length", minimum=2)
+    if ns.chunked_prefill_size is not None and (problem := chunked_prefill_problem(ns.chunked_prefill_size)):
+        raise ServerArgsError(problem)
     if not 1 <= ns.port <= 65535:
         raise ServerArgsError(f"--port must be in 1..65535, got {ns.port}")
     steps, topk, draft_tokens = _resolve_speculation(ns)
@@ -200,6 +208,8 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
         speculative_num_steps=steps,
         speculative_eagle_topk=topk,
         speculative_num_draft_tokens=draft_tokens,
+        chunked_prefill_size=DEFAULT_CHUNKED_PREFILL_SIZE if ns.chunked_prefill_size is None else ns.chunked_prefill_size,
+        enable_mixed_chunk=ns.enable_mixed_chunk,
         incremental_streaming_output=ns.incremental_streaming_output,
         stream_interval=ns.stream_interval,
         enable_metrics=ns.enable_metrics,
