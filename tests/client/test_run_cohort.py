@@ -175,3 +175,13 @@ def test_a_server_killed_mid_cell_fails_the_cohort_and_keeps_the_finished_cells(
     assert proc.wait(timeout=120) != 0 and "ServerError" in rest and "died" in rest
     finished = list((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
     assert finished and all(len(pd.read_parquet(path)) for path in finished)  # whole cells, none half-written
+
+
+def test_fresh_servers_each_round_when_asked(smoke_pair, tmp_path):
+    plan = _plan(tmp_path)
+    plan["restart_each_round"] = True
+    done = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(re.findall(r"started server pid \d+", done.stderr)) == 2 * 2  # 2 members x 2 rounds
+    again = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "started server" not in again.stderr  # every cell cached: no server at all

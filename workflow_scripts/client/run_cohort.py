@@ -186,7 +186,7 @@ class Cohort:
             active = self.planner.active(round_, list(self.cells))
             if not active:
                 return False
-            if any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c]):
+            if self.round_pending(round_, active):
                 return True
         return False
 
@@ -204,18 +204,26 @@ class Cohort:
             return
         names = list(self.plan["members"])
         gpus = gpu_slices(self.plan, names) if self.plan["engine"] == "sglang" else {}
-        with ExitStack() as stack:
-            servers = {name: stack.enter_context(self.server(name, gpus.get(name))) for name in names}
+        with ExitStack() as held:
+            servers: dict[str, Live] = {}
             for round_ in range(self.planner.policy.max_repeats):
                 active = self.round_cells(round_)
                 if not active:
                     break
+                if not servers or (self.plan["restart_each_round"] and self.round_pending(round_, active)):
+                    # a fresh server per member per round: what an instance contributes (memory placement, its
+                    # own warm-up) becomes round-to-round noise the paired CI sees, not a fixed offset
+                    held.close()
+                    servers = {name: held.enter_context(self.server(name, gpus.get(name))) for name in names}
                 for cell in seeded_order(active, self.id, round_):
                     if self.planner.over_budget(round_):
                         return
                     for member in seeded_order(self.ledger.members_of[cell], self.id, cell, round_):
                         if not self.ledger.done(cell, member, round_):
                             self.measure(servers[member], cell, member, round_)
+
+    def round_pending(self, round_: int, active: list[str]) -> bool:
+        return any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c])
 
     def run_blocked(self) -> None:
         names = sorted(self.plan["members"])
