@@ -77,24 +77,30 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
     timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
     connector = aiohttp.TCPConnector(limit=plan.concurrency)
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+    times: list[float] = []
+
+    async def body(session: aiohttp.ClientSession) -> dict[str, float] | None:
+        """The metrics scrape before, the requests, the scrape after: all of it under the watchdog."""
         before = await scrape(session, base_url, plan.api_key) if plan.metrics else None
-        work = asyncio.ensure_future(asyncio.gather(*(worker(session) for _ in range(plan.concurrency))))
+        await asyncio.gather(*(worker(session) for _ in range(plan.concurrency)))
+        times.extend((time.perf_counter() - wall0, time.process_time() - cpu0))
+        return cell_deltas(before, await scrape(session, base_url, plan.api_key)) if plan.metrics else None
+
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        work = asyncio.ensure_future(body(session))
         watch = asyncio.ensure_future(watchdog(session)) if watchdog else None
         try:
             done, _ = await asyncio.wait({work, watch} - {None}, return_when=asyncio.FIRST_COMPLETED)
             if watch in done:
                 watch.result()  # raises: the server died or hung; the cell's requests are cancelled below
-            await work
+            deltas = await work
         finally:
             tasks = [task for task in (work, watch) if task is not None]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)  # retrieved: no "never retrieved" noise
-        wall_s, cpu_s = time.perf_counter() - wall0, time.process_time() - cpu0
-        deltas = cell_deltas(before, await scrape(session, base_url, plan.api_key)) if plan.metrics else None
     warmup_ids = {f"{tag}-{i}" for i in range(plan.warmup)}
-    return CellResult(records, warmup_ids, wall_s, cpu_s, deltas)
+    return CellResult(records, warmup_ids, times[0], times[1], deltas)
 
 
 def run_cell(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str,

@@ -159,8 +159,12 @@ class Cohort:
                              self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
                              api_key=live.spec.api_key, metrics=live.spec.enable_metrics)
         start_ts, t0 = time.time(), time.perf_counter()
-        result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
-                          watchdog=functools.partial(watch, live.process, live.url))
+        try:
+            result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
+                              watchdog=functools.partial(watch, live.process, live.url))
+        except (aiohttp.ClientError, asyncio.TimeoutError):  # e.g. the /metrics scrape of a server that just died
+            live.process.raise_if_dead("died during a cell")
+            raise
         live.process.check_alive()
         if len(result.records) != cell_plan.total:
             raise RuntimeError(f"cell {tag}: sent {cell_plan.total} requests but recorded {len(result.records)}")
@@ -296,21 +300,23 @@ class Cohort:
         return pd.concat(frames, ignore_index=True)
 
 
-async def watch(server: ServerProcess, url: str, session: aiohttp.ClientSession) -> None:
+async def watch(server: ServerProcess, url: str, _cell_session: aiohttp.ClientSession) -> None:
     """Beside a running cell: a server that exits, or stops answering /health (a hang, e.g. SIGSTOP), fails the job
-    within ~HANG_CHECKS x (HANG_EVERY_S + HANG_TIMEOUT_S), long before the request timeout would."""
+    within ~HANG_CHECKS x (HANG_EVERY_S + HANG_TIMEOUT_S), long before the request timeout would. It asks on a
+    session of its own: the cell's connections are all held by its requests, hung ones included."""
     missed = 0
-    while True:
-        await asyncio.sleep(HANG_EVERY_S)
-        server.raise_if_dead("died during a cell")
-        try:
-            async with session.get(url + "/health", timeout=aiohttp.ClientTimeout(total=HANG_TIMEOUT_S)) as resp:
-                missed = 0 if resp.status == 200 else missed + 1
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            missed += 1
-        if missed >= HANG_CHECKS:
-            raise ServerError(f"server at {url} stopped answering /health during a cell ({missed} checks in a row);"
-                              f" log {server.log_path} ends with:\n{log_tail(server.log_path)}")
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_TIMEOUT_S)) as session:
+        while True:
+            await asyncio.sleep(HANG_EVERY_S)
+            server.raise_if_dead("died during a cell")
+            try:
+                async with session.get(url + "/health") as resp:
+                    missed = 0 if resp.status == 200 else missed + 1
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                missed += 1
+            if missed >= HANG_CHECKS:
+                raise ServerError(f"server at {url} stopped answering /health during a cell ({missed} checks in a"
+                                  f" row); log {server.log_path} ends with:\n{log_tail(server.log_path)}")
 
 
 def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:
