@@ -177,6 +177,7 @@ def snakemake_killed(study: Study) -> dict:
     proc, _ = mid_cell(study)
     os.kill(proc.pid, signal.SIGKILL)  # Snakemake alone: its job goes on as an orphan
     t0 = time.monotonic()
+    proc.wait()
     detected = wait_for(lambda: "is gone: stopping" in study.job_log(), timeout=120)
     time.sleep(2)  # the job stops its servers and exits
     saw = next(ln for ln in study.job_log().splitlines() if "is gone: stopping" in ln)

@@ -326,13 +326,17 @@ def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether the process runs; a zombie (killed, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:  # no /proc (not Linux): signal 0 is all we know
+        return True
 
 
 def write_text_atomic(path: Path, text: str) -> None:
