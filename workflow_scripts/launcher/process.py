@@ -54,6 +54,10 @@ def _get(url: str, timeout: float) -> int:
         return 0
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class ServerProcess:
     """Context manager around one server: `with ServerProcess(argv, log_path, url) as srv: ...`."""
 
@@ -88,7 +92,10 @@ class ServerProcess:
             out.write(f"$ {shown_command(self.argv)}\n")
             out.flush()
             self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                # the server answers Ctrl-C even when its launcher runs with SIGINT ignored (a background job of a
+                # non-interactive shell does, and a child would inherit that)
+                preexec_fn=_default_sigint,
             )
         log.info("started server pid %d: %s", self.proc.pid, shown_command(self.argv))
         try:
