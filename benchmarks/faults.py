@@ -88,7 +88,7 @@ def wait_for(condition: Callable[[], object], timeout: float = 600) -> float:
 
 def first_error(text: str) -> str:
     for line in text.splitlines():
-        if re.search(r"(Error|error|is gone|damaged|refused|cannot be locked|LockException|retrying)", line):
+        if re.search(r"(\w+Error:|is gone|damaged|refused|cannot be locked|LockException|retrying)", line):
             return line.strip()[:140]
     return "(no error line)"
 
@@ -183,11 +183,12 @@ def snakemake_killed(study: Study) -> dict:
     saw = next(ln for ln in study.job_log().splitlines() if "is gone: stopping" in ln)
     half = list(study.results.glob("benchmark/*.parquet")) + list(study.results.glob("**/.*.tmp"))
     before = study.cells()
-    locked = study.run("-n")
-    note = "needed `snakemake --unlock` first; " if "LockException" in locked.stderr + locked.stdout else ""
-    if note:
-        study.run("--unlock")
     lost, redid = rerun(study, before)
+    note = ""
+    if redid.startswith("rerun failed") and "LockException" in redid:  # Snakemake's lock outlives a SIGKILL
+        study.run("--unlock")
+        note = "needed `snakemake --unlock` first; "
+        lost, redid = rerun(study, before)
     return {"detected_s": detected - t0, "user_saw": saw.strip()[:140], "lost": lost,
             "rerun": f"{note}{redid}; half-written outputs: {len(half)}"}
 
