@@ -18,6 +18,7 @@ import yaml
 from snakemake.utils import validate
 
 from workflow_scripts.client.cohorts import cohort_plan, plan_cohorts
+from workflow_scripts.client.run_cohort import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -91,21 +92,10 @@ def test_sigterm_stops_every_server_and_leaves_no_output(smoke_pair, tmp_path):
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=60) == 128 + signal.SIGTERM
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive(pid) for pid in pids):
+    while time.monotonic() < deadline and any(pid_alive(pid) for pid in pids):
         time.sleep(0.2)
-    assert not any(_alive(pid) for pid in pids), "a server outlived its cohort job"
+    assert not any(pid_alive(pid) for pid in pids), "a server outlived its cohort job"
     assert not (tmp_path / "out.parquet").exists() and not (tmp_path / "out.json").exists()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:  # a zombie (exited, not yet reaped by its parent) is gone for our purpose
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
-    except OSError:
-        return False
 
 
 def test_a_hung_server_fails_the_cohort_long_before_the_request_timeout(smoke_pair, tmp_path):
@@ -118,7 +108,7 @@ def test_a_hung_server_fails_the_cohort_long_before_the_request_timeout(smoke_pa
     assert proc.wait(timeout=120) != 0
     assert time.monotonic() - stopped < 60
     assert "stopped answering /health during a cell" in rest
-    assert not any(_alive(pid) for pid in pids)
+    assert not any(pid_alive(pid) for pid in pids)
 
 
 def test_a_damaged_model_fails_in_one_line_before_any_server_starts(smoke_pair, tmp_path):
@@ -164,7 +154,7 @@ def test_the_job_stops_when_its_snakemake_is_gone(smoke_pair, tmp_path):
     rest = proc.stderr.read()
     assert proc.wait(timeout=60) != 0
     assert f"(pid {supervisor.pid}) is gone: stopping" in rest
-    assert not any(_alive(pid) for pid in pids) and not (tmp_path / "out.parquet").exists()
+    assert not any(pid_alive(pid) for pid in pids) and not (tmp_path / "out.parquet").exists()
 
 
 def test_a_server_killed_mid_cell_fails_the_cohort_and_keeps_the_finished_cells(smoke_pair, tmp_path):

@@ -33,6 +33,7 @@ from safetensors import safe_open
 from tqdm import tqdm
 
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
+from workflow_scripts.analysis.output import atomic_write_text
 from workflow_scripts.client.cell import CellPlan, run_cell, sampling_params
 from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts
@@ -66,8 +67,9 @@ def check_weights(path: Path) -> None:
         with safe_open(str(path), framework="pt") as fh:
             for name in fh.keys():
                 fh.get_slice(name)
-        header = int.from_bytes(path.read_bytes()[:8], "little")
-        data = json.loads(path.read_bytes()[8:8 + header])
+        with open(path, "rb") as fh:  # the header only: the weights were just read through safe_open
+            header = int.from_bytes(fh.read(8), "little")
+            data = json.loads(fh.read(header))
         end = max(t["data_offsets"][1] for k, t in data.items() if k != "__metadata__")
         if path.stat().st_size != 8 + header + end:
             raise ValueError(f"{path.stat().st_size} bytes on disk, the header describes {8 + header + end}")
@@ -257,7 +259,7 @@ class Cohort:
     def run(self) -> dict:
         manifest = self.args.cells_dir / MANIFEST
         if not manifest.is_file():
-            write_text_atomic(manifest, json.dumps({k: self.plan[k] for k in
+            atomic_write_text(manifest, json.dumps({k: self.plan[k] for k in
                                                    ("id", "control", "members", "cells", "schedule")}, indent=1))
         cached = self.load_cached()
         schedule = resolve_schedule(self.plan, self.models)
@@ -339,13 +341,6 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _exit_on_sigterm(signum: int, frame: object) -> None:
     """SIGTERM (Snakemake cancelling, Slurm pre-empting) unwinds like Ctrl-C: every server is stopped, none orphaned."""
     raise SystemExit(128 + signum)
@@ -372,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     cohort = Cohort(plan, Models(args.target, args.draft, installed), args)
     meta = cohort.run()
     write_parquet_atomic(cohort.records(), args.out)
-    write_text_atomic(args.meta_out, json.dumps(meta, indent=1))
+    atomic_write_text(args.meta_out, json.dumps(meta, indent=1))
     log.info("wrote %s and %s", args.out, args.meta_out)
 
 
