@@ -155,3 +155,42 @@ def test_no_histograms_skips_the_measured_model_in_one_line():
     assert [line for line in report.lines if "skipped" in line] == [
         "- Cost model, measured: skipped: no usable spec_correct_drafts_histogram in the request records (the server "
         "did not report it, or every one was flagged)."]
+
+
+def test_speedups_are_paired_by_round_so_drift_between_cohorts_does_not_bias_the_fit():
+    """Steps 3-4 measured in a later cohort, on a machine 30% slower, with a fresh control: the ratio of
+    medians across cohorts is off by ~15%, the within-round pairs are not."""
+    rng = np.random.default_rng(4)
+    requests, _ = synthetic_study(rng)
+    cohort_of = {"steps1": "early", "steps2": "early", "steps3": "late", "steps4": "late"}
+    speed = {"early": 1.0, "late": 0.7}
+    rounds = []
+    for workload, alphas in ALPHAS.items():
+        for conc, base in BASE_TOK_S.items():
+            for cohort in speed:
+                for repeat in range(4):
+                    phase = speed[cohort] * (1 + 0.03 * rng.standard_normal())  # shared by the round's members
+                    members = {"baseline": 0, **{s: k for s, k in STEPS.items() if cohort_of[s] == cohort}}
+                    for setting, k in members.items():
+                        speedup = expected_tokens(alphas, k) / TRUE_COSTS.step_cost(k, conc) if k else 1.0
+                        value = base * speedup * phase * (1 + 0.005 * rng.standard_normal())
+                        rounds.append({"setting": setting, "workload": workload, "concurrency": conc,
+                                       "cohort": cohort, "repeat": repeat, "aggregate_tok_s": value,
+                                       "per_request_tok_s_median": value / conc})
+    rounds = pd.DataFrame(rounds)
+    medians = rounds.groupby(["setting", "workload", "concurrency"], as_index=False)[
+        ["aggregate_tok_s", "per_request_tok_s_median"]].median()
+    summary = medians.rename(columns={"aggregate_tok_s": "aggregate_tok_s_median"}).assign(
+        source=MEASURED, accept_length_mean=np.nan,
+        aggregate_tok_s_ci_low=lambda d: d.aggregate_tok_s_median * 0.97,
+        aggregate_tok_s_ci_high=lambda d: d.aggregate_tok_s_median * 1.03)
+    unpaired = analyse(requests, summary, study_config()).validation
+    paired = analyse(requests, summary, study_config(), rounds=rounds).validation
+    assert unpaired["aggregate_error_pct"].abs().median() > 8  # drift, not the model, is what it measures
+    assert paired["aggregate_error_pct"].abs().median() < 4 and (paired["aggregate_error_pct"].abs() < 10).mean() >= 0.8
+    late = paired[paired["left_out"] == "steps4"].iloc[0]
+    base = medians[(medians.setting == "baseline") & (medians.workload == late.workload)
+                   & (medians.concurrency == late.concurrency)].aggregate_tok_s.iloc[0]
+    true_speedup = expected_tokens(ALPHAS[late.workload], 4) / TRUE_COSTS.step_cost(4, late.concurrency)
+    # in the baseline's units (its median over both cohorts), not the slow cohort's
+    assert late.measured_aggregate_tok_s == pytest.approx(base * true_speedup, rel=0.03)

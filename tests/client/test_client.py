@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflow_scripts.client.cell import CellPlan, run_cell
+from workflow_scripts.client.cell import CellPlan, run_cell, sampling_params, seed_base
 from workflow_scripts.client.prompts import Prompt, build_prompts, definition_head, load_tokenizer
 from workflow_scripts.launcher.command import ServerSpec, build_command
 from workflow_scripts.launcher.process import ServerProcess, free_port
@@ -71,6 +71,26 @@ def test_same_prompt_same_greedy_output_on_both_apis(server, smoke_pair):
     for a, b in zip(native, openai):
         assert a.prompt_id == b.prompt_id
         assert tokenizer.decode(a.output_ids) == b.text
+
+
+def test_seeded_t_above_0_cells_repeat_their_text_across_rounds_and_apis(server, smoke_pair):
+    """Common random numbers: with sampling seeds, two rounds of a T>0 cell (at another concurrency, so other
+    batches) sample the same tokens; without, they do not. The OpenAI API sends the same seeds as `seed`."""
+    workload = dict(REALISTIC, temperature=1.0, top_p=1.0, output_len=24, ignore_eos=True, sampling_seeds=True)
+    prompts, params = build_prompts(workload, smoke_pair[0]), sampling_params(workload)
+    tokenizer = load_tokenizer(smoke_pair[0])
+
+    def texts(plan: CellPlan, tag: str) -> list[str]:
+        records = sorted(run_cell(server.base_url, plan, prompts, params, tag).records, key=lambda r: r.request_id)
+        assert all(r.error is None for r in records), [r.error for r in records]
+        return [tokenizer.decode(r.output_ids) if r.output_ids else r.text for r in records]
+
+    seeded = texts(CellPlan(4, 0, 6, seed_base=seed_base(workload)), "a")
+    assert texts(CellPlan(2, 0, 6, seed_base=seed_base(workload)), "b") == seeded
+    assert texts(CellPlan(3, 0, 6, api="openai", seed_base=seed_base(workload)), "c") == seeded
+    assert seed_base(dict(workload, sampling_seeds=False)) is None
+    unseeded = [texts(CellPlan(4, 0, 6), tag) for tag in ("d", "e")]
+    assert unseeded[0] != unseeded[1] and unseeded[0] != seeded
 
 
 def test_chat_sends_the_prompt_text_through_the_chat_template(server, smoke_pair):

@@ -77,6 +77,11 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
         assert server["sglang:num_requests_total"] == len(cell)
     meta = json.loads((tmp_path / "out.json").read_text())
     assert meta["schedule"] == "interleaved" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
+    # each server served its unrecorded warm-up wave before its first measured cell
+    for member in ("baseline", "baseline_aa"):
+        warmed = done.stderr.index(f"server {member} warmed up")
+        assert warmed < done.stderr.index(f"cell {member}-synthetic-c2-r0")
+    assert not records.request_id.str.contains("warmup").any()
     cached = sorted((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
     assert len(cached) == 4
     cached[0].write_bytes(cached[0].read_bytes()[:100])  # a truncated cell on disk
@@ -170,8 +175,10 @@ def test_a_server_killed_mid_cell_fails_the_cohort_and_keeps_the_finished_cells(
 def test_fresh_servers_each_round_when_asked(smoke_pair, tmp_path):
     plan = _plan(tmp_path)
     plan["restart_each_round"] = True
+    plan["server_warmup"] = False
     done = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(re.findall(r"started server pid \d+", done.stderr)) == 2 * 2  # 2 members x 2 rounds
+    assert "warmed up" not in done.stderr  # benchmark.server_warmup: false
     again = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "started server" not in again.stderr  # every cell cached: no server at all

@@ -76,6 +76,31 @@ def test_sampled_speculation_completes_with_limits(dtype, target_dir, near_draft
     assert all(0 <= t < VOCAB for o in outs for t in o)
 
 
+def run_seeded(engine: Engine, batch: list[list[int]], seeds: list[int]) -> list[list[int]]:
+    """Submit sampled requests, each with its own sampling_seed, all at once; outputs in prompt order."""
+    col = Collector()
+    rids = [f"s{i}" for i in range(len(batch))]
+    for rid, prompt, seed in zip(rids, batch, seeds):
+        params = SamplingParams(temperature=0.9, top_p=0.95, max_new_tokens=16, ignore_eos=True, sampling_seed=seed)
+        engine.submit(rid, prompt, params, col.sink)
+    col.wait(rids)
+    return [col.tokens[r] for r in rids]
+
+
+@pytest.mark.parametrize("speculation", [False, True])
+def test_a_seeded_request_samples_the_same_tokens_in_any_batch_on_any_server(
+    speculation, target_dir, near_draft_dir, engine_factory
+):
+    """SGLang's sampling_seed: the A/A twin and every round of a T>0 cell sample the same text."""
+    cfg = spec("STANDALONE", 2, near_draft_dir) if speculation else None
+    batch, seeds = prompts(5, seed=4), [11, 12, 13, 14, 15]
+    batched = run_seeded(engine_factory(target_dir, cfg, 4, 0), batch, seeds)  # 5 requests, 4 slots
+    other = engine_factory(target_dir, cfg, 1, 99)  # another server seed, one request at a time
+    assert [run_seeded(other, [p], [s])[0] for p, s in zip(batch, seeds)] == batched
+    reseeded = run_seeded(other, batch, [s + 100 for s in seeds])
+    assert sum(a != b for a, b in zip(reseeded, batched)) >= 4  # it does sample: another seed, other tokens
+
+
 def test_concurrent_submitters_all_complete(target_dir, near_draft_dir, engine_factory):
     engine = engine_factory(target_dir, spec("STANDALONE", 2, near_draft_dir), 3, 0)
     col = Collector()

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
+from workflow_scripts.analysis.paired import paired_ratio
 from workflow_scripts.analysis.study_config import StudyConfig
 
 log = logging.getLogger(__name__)
@@ -46,6 +47,7 @@ STATED_QUANTILE = 0.8
 NOISE_FLOOR_FILE = "noise_floor.json"
 STEPS_KEYS = ("speculative_num_steps", "speculative_num_draft_tokens")
 METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_s": "per_request_tok_s_median"}
+ROUND_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s", "per_request_tok_s": "per_request_tok_s_median"}  # cell_table
 
 PARAM_COLUMNS = ["source", "parameter", "workload", "concurrency", "position", "value", "note"]
 PREDICTION_COLUMNS = ["source", "workload", "concurrency", "steps", "setting", "measured", "tokens_per_verify",
@@ -160,15 +162,58 @@ def _cells_frame(rows: pd.DataFrame, cfg: StudyConfig, **extra) -> pd.DataFrame:
     })
 
 
-def _with_speedup(cells: pd.DataFrame, baseline: str) -> pd.DataFrame:
+def _with_speedup(cells: pd.DataFrame, baseline: str, rounds: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Each cell's speedup over the baseline per metric, and the candidate's tok/s in the baseline's units
+    (``paired_*`` = the baseline's median × the speedup: what the model predicts and is validated against).
+
+    With per-round cells (``rounds``: metrics.cell_table rows), a speedup is the paired geometric mean of the
+    within-round ratios (analysis/paired.py), so the fit sees the comparison the study's design measured, not two
+    medians that machine drift between cohorts can move apart; without, the ratio of the medians."""
     base = cells[cells["setting"] == baseline][["workload", "concurrency", *METRIC_COLUMNS]]
     cells = cells.merge(base, on=["workload", "concurrency"], how="inner", suffixes=("", "_base"))
-    cells["speedup"] = cells["aggregate_tok_s"] / cells["aggregate_tok_s_base"]
+    paired = _paired_speedups(rounds, baseline) if rounds is not None else {}
+    keys = list(cells[["setting", "workload", "concurrency"]].itertuples(index=False, name=None))
+    for metric, name in (("aggregate_tok_s", "speedup"), ("per_request_tok_s", "speedup_per_request")):
+        unpaired = (cells[metric] / cells[f"{metric}_base"]).to_numpy()
+        cells[name] = [paired[(*key, metric)].ratio if (*key, metric) in paired else u
+                       for key, u in zip(keys, unpaired)]
+        cells[f"paired_{metric}"] = cells[f"{metric}_base"] * cells[name]
+    # the paired CI of the aggregate, in the same units (where the rounds give one; else the median's CI stays)
+    for bound in ("low", "high"):
+        scale = [getattr(paired[(*key, "aggregate_tok_s")], bound) if (*key, "aggregate_tok_s") in paired else np.nan
+                 for key in keys]
+        cells[f"aggregate_ci_{bound}"] = np.where(np.isfinite(scale), cells["aggregate_tok_s_base"] * scale,
+                                                  cells[f"aggregate_ci_{bound}"])
     return cells
 
 
-def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str]) -> SourceData:
-    """The measured cells of the baseline and the family, with tokens per verify from the valid histograms."""
+@dataclass(frozen=True)
+class PairedSpeedup:
+    ratio: float  # geometric mean of candidate ÷ baseline over the shared rounds
+    low: float  # its 95% CI, as ratios (NaN with one round)
+    high: float
+
+
+def _paired_speedups(rounds: pd.DataFrame, baseline: str) -> dict[tuple[str, str, int, str], PairedSpeedup]:
+    """(setting, workload, concurrency, metric) -> the paired speedup over the rounds both were measured in."""
+    out = {}
+    base = rounds[rounds["setting"] == baseline]
+    for (setting, workload, concurrency), cand in rounds[rounds["setting"] != baseline].groupby(
+            ["setting", "workload", "concurrency"]):
+        pairs = base[(base["workload"] == workload) & (base["concurrency"] == concurrency)].merge(
+            cand, on=["cohort", "repeat"], suffixes=("_b", "_c"))
+        for metric, column in ROUND_COLUMNS.items():
+            paired = paired_ratio(pairs[f"{column}_b"].to_numpy("float64"), pairs[f"{column}_c"].to_numpy("float64"))
+            if np.isfinite(paired.diff_pct):
+                out[(setting, workload, int(concurrency), metric)] = PairedSpeedup(
+                    *(1 + pct / 100 for pct in (paired.diff_pct, paired.ci_low_pct, paired.ci_high_pct)))
+    return out
+
+
+def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str],
+                  rounds: pd.DataFrame | None = None) -> SourceData:
+    """The measured cells of the baseline and the family, with tokens per verify from the valid histograms and
+    speedups paired by round when ``rounds`` (metrics.cell_table) is given."""
     rows = summary[(summary["source"] == MEASURED) & summary["setting"].isin([cfg.baseline, *family])]
     cells = _cells_frame(rows, cfg, aggregate_ci_low=rows["aggregate_tok_s_ci_low"],
                          aggregate_ci_high=rows["aggregate_tok_s_ci_high"])
@@ -182,7 +227,7 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
     for (setting, workload), g in valid.groupby(["setting", "workload"]):
         acc, rea, _ = position_counts(np.stack(g["histogram"].to_numpy()))
         counts.setdefault(setting, {})[workload] = (acc.sum(axis=0), rea.sum(axis=0))
-    return SourceData(MEASURED, _with_speedup(cells, cfg.baseline), {}, counts, geometric=False)
+    return SourceData(MEASURED, _with_speedup(cells, cfg.baseline, rounds), {}, counts, geometric=False)
 
 
 def geometric_alpha(accept_length: float, steps: int) -> float:
@@ -258,12 +303,12 @@ def leave_one_out(data: SourceData, family: Sequence[str]) -> pd.DataFrame:
         pred = predict(model, _baseline_rows(data), steps)
         both = truth.merge(pred, on=["workload", "concurrency"], suffixes=("", "_pred"))
         for r in both.itertuples(index=False):
-            agg_err = 100 * (r.predicted_aggregate_tok_s / r.aggregate_tok_s - 1)
-            req_err = 100 * (r.predicted_per_request_tok_s / r.per_request_tok_s - 1)
+            agg_err = 100 * (r.predicted_aggregate_tok_s / r.paired_aggregate_tok_s - 1)
+            req_err = 100 * (r.predicted_per_request_tok_s / r.paired_per_request_tok_s - 1)
             rows.append({"source": data.source, "left_out": left_out, "steps": steps, "workload": r.workload,
-                         "concurrency": r.concurrency, "measured_aggregate_tok_s": r.aggregate_tok_s,
+                         "concurrency": r.concurrency, "measured_aggregate_tok_s": r.paired_aggregate_tok_s,
                          "predicted_aggregate_tok_s": r.predicted_aggregate_tok_s, "aggregate_error_pct": agg_err,
-                         "measured_per_request_tok_s": r.per_request_tok_s,
+                         "measured_per_request_tok_s": r.paired_per_request_tok_s,
                          "predicted_per_request_tok_s": r.predicted_per_request_tok_s,
                          "per_request_error_pct": req_err,
                          "within_goal": bool(abs(agg_err) <= GOAL_ERROR_PCT) if np.isfinite(agg_err) else None})
@@ -283,7 +328,7 @@ def predictions(data: SourceData, model: Model, max_steps: int, error_pct: float
     extra = sorted(set(data.cells["steps"]) - set(range(max_steps + 1)))
     frames += [predict(model, base, int(k)) for k in extra]
     out = pd.concat(frames, ignore_index=True)
-    measured = data.cells.rename(columns={"aggregate_tok_s": "measured_aggregate_tok_s",
+    measured = data.cells.rename(columns={"paired_aggregate_tok_s": "measured_aggregate_tok_s",
                                           "aggregate_ci_low": "measured_aggregate_ci_low",
                                           "aggregate_ci_high": "measured_aggregate_ci_high"})
     out = out.merge(measured[["setting", "steps", "workload", "concurrency", "measured_aggregate_tok_s",
@@ -359,8 +404,11 @@ def read_noise_floor(path: Path) -> tuple[float | None, str]:
 
 
 def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
-            noise_floor_pct: float | None = None, noise_floor_text: str = "unknown") -> CostModelReport:
-    """Acceptance by position, and the cost model for every source that has what it needs (else one line why)."""
+            noise_floor_pct: float | None = None, noise_floor_text: str = "unknown",
+            rounds: pd.DataFrame | None = None) -> CostModelReport:
+    """Acceptance by position, and the cost model for every source that has what it needs (else one line why).
+
+    ``rounds`` (metrics.cell_table of the measured requests) pairs the measured speedups by round."""
     hist = check_histograms(requests, cfg.steps)
     report = CostModelReport(acceptance=acceptance_by_position(hist, cfg.bootstrap))
     lines = report.lines
@@ -378,7 +426,7 @@ def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
         if reason:
             lines.append(f"- Cost model, {source}: skipped: {reason}.")
             continue
-        data = (measured_data(summary, hist, cfg, family) if source == MEASURED
+        data = (measured_data(summary, hist, cfg, family, rounds) if source == MEASURED
                 else external_data(summary, source, cfg, family))
         model = fit(data, family)
         validation = leave_one_out(data, family)
@@ -438,7 +486,8 @@ def _noise_lines(data: SourceData) -> list[str]:
     """What the fit cannot absorb: the spread between repeats, and speedups no step cost can explain."""
     spec = data.cells[(data.cells["steps"] > 0)].dropna(subset=["speedup", "tokens_per_verify"])
     impossible = spec[spec["speedup"] > spec["tokens_per_verify"]]
-    spread = ((data.cells["aggregate_ci_high"] - data.cells["aggregate_ci_low"]) / data.cells["aggregate_tok_s"]).dropna()
+    cells = data.cells
+    spread = ((cells["aggregate_ci_high"] - cells["aggregate_ci_low"]) / cells["paired_aggregate_tok_s"]).dropna()
     parts = []
     if len(spread):
         parts.append(f"between repeats a cell's aggregate tok/s spans a median {100 * spread.median():.0f}% of its "
@@ -557,13 +606,14 @@ def main(argv: list[str] | None = None) -> int:
         paths = sorted((args.study / "requests").glob("*.parquet"))
         requests = add_request_metrics(load_requests(paths))
         requests = requests[requests["setting"] != cfg.twin]  # the A/A twin is the control again
-        summary = pd.concat([summarize_measured(requests, cell_table(requests), cfg.bootstrap),
+        rounds = cell_table(requests)
+        summary = pd.concat([summarize_measured(requests, rounds, cfg.bootstrap),
                              summarize_external(load_externals(cfg))], ignore_index=True)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     floor, floor_text = read_noise_floor(args.study / "tables" / NOISE_FLOOR_FILE)
-    report = analyse(requests, summary, cfg, floor, floor_text)
+    report = analyse(requests, summary, cfg, floor, floor_text, rounds)
     print(report.markdown)
     pred = report.predictions
     if args.predict_steps:

@@ -155,7 +155,7 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         steps.update()
         scores = score_table(requests, cells, cfg)
         steps.update()
-        cost = analyse(requests, summary, cfg, *floor_text(floor))
+        cost = analyse(requests, summary, cfg, *floor_text(floor), rounds=cells)
         steps.update()
         tables = StudyTables(
             summary=summary, cells=all_cells, improvement=improvement,

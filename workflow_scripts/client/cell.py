@@ -31,6 +31,9 @@ class CellPlan:
     incremental: bool = False  # the server streams deltas (--incremental-streaming-output)
     api_key: str | None = None  # the server's --api-key, if it has one
     metrics: bool = False  # scrape the server's /metrics before and after the cell (--enable-metrics)
+    # request i carries sampling_seed = seed_base + i: every setting and every round of the cell then samples from
+    # the same random streams (common random numbers), so a T>0 comparison is not also a comparison of luck
+    seed_base: int | None = None
 
     @property
     def total(self) -> int:
@@ -44,6 +47,11 @@ class CellResult:
     wall_s: float
     client_cpu_s: float  # the client's own CPU time over the cell: its overhead
     server_metrics: dict[str, float] | None = None  # the server's own per-cell deltas (client/server_metrics.py)
+
+
+def seed_base(workload: dict) -> int | None:
+    """The cell's first request seed (CellPlan.seed_base), from the workload's seed; None when it opts out."""
+    return workload["seed"] << 32 if workload["sampling_seeds"] else None
 
 
 def sampling_params(workload: dict) -> dict:
@@ -68,9 +76,10 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
     async def worker(session: aiohttp.ClientSession) -> None:
         while (i := next(counter)) < plan.total:
             prompt = prompts[i % len(prompts)]
+            own = params if plan.seed_base is None else {**params, "sampling_seed": plan.seed_base + i}
             records.append(
                 await send(
-                    session, base_url, plan.api, prompt, params, f"{tag}-{i}", plan.model, plan.incremental, plan.api_key
+                    session, base_url, plan.api, prompt, own, f"{tag}-{i}", plan.model, plan.incremental, plan.api_key
                 )
             )
 

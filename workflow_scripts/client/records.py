@@ -24,6 +24,7 @@ RECORD_SCHEMA = pa.schema(
         ("cohort", pa.string()),
         ("request_id", pa.string()),
         ("prompt_id", pa.int64()),
+        ("sampling_seed", pa.int64()),  # the request's random stream; the same seed samples the same text at T>0
         ("warmup", pa.bool_()),
         ("temperature", pa.float64()),
         ("send_ts", pa.float64()),

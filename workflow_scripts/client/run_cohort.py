@@ -24,7 +24,8 @@ import re
 import signal
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import aiohttp
@@ -34,7 +35,7 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.analysis.output import atomic_write_text
-from workflow_scripts.client.cell import CellPlan, run_cell, sampling_params
+from workflow_scripts.client.cell import CellPlan, run_cell, sampling_params, seed_base
 from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
@@ -159,7 +160,7 @@ class Cohort:
         tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
         cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
                              self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
-                             api_key=live.spec.api_key, metrics=live.spec.enable_metrics)
+                             api_key=live.spec.api_key, metrics=live.spec.enable_metrics, seed_base=seed_base(wl))
         start_ts, t0 = time.time(), time.perf_counter()
         try:
             result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
@@ -182,9 +183,39 @@ class Cohort:
         if self.progress is not None:
             self.progress.update()
 
+    def warm(self, live: Live, member: str) -> None:
+        """One unrecorded wave at the member's highest concurrency of each workload (benchmark.server_warmup)."""
+        if not self.plan["server_warmup"]:
+            return
+        cells = [self.cells[c] for c in self.cells if member in self.ledger.members_of[c]]
+        widest = {spec["workload"]: spec for spec in sorted(cells, key=lambda spec: spec["concurrency"])}
+        t0 = time.perf_counter()
+        for spec in widest.values():
+            wl, c = spec["spec"], spec["concurrency"]
+            plan = CellPlan(c, 0, c, self.plan["api"], self.plan["request_timeout_s"],
+                            incremental=live.spec.incremental_streaming, api_key=live.spec.api_key,
+                            seed_base=seed_base(wl))
+            result = run_cell(live.url, plan, self.prompts[spec["workload"]], sampling_params(wl),
+                              f"{member}-{spec['workload']}-c{c}-warmup",
+                              watchdog=functools.partial(watch, live.process, live.url))
+            live.process.check_alive()
+            if errors := [r.error for r in result.records if r.error]:
+                raise RuntimeError(f"server warm-up of {member} ({spec['workload']}, concurrency {c}): {errors[0]}")
+        log.info("server %s warmed up in %.1f s (%s)", member, time.perf_counter() - t0,
+                 ", ".join(f"{w} c{spec['concurrency']}" for w, spec in widest.items()))
+
     # --- the three designs -------------------------------------------------------------------------------------
     def server(self, name: str, gpus: str | None = None):
         return member_server(self.plan, name, self.models, self.args.threads, self.args.server_log_dir, gpus)
+
+    @contextmanager
+    def warm_server(self, name: str, gpus: str | None = None) -> Iterator[Live]:
+        """A member's server, started and warmed up (the warm-up counts in the member's time)."""
+        with self.server(name, gpus) as live:
+            t0 = time.perf_counter()
+            self.warm(live, name)
+            self.seconds[name] += time.perf_counter() - t0
+            yield live
 
     def pending(self) -> bool:
         """Whether a round still needs a cell measured: a rerun with every cell cached starts no server."""
@@ -220,7 +251,7 @@ class Cohort:
                     # a fresh server per member per round: what an instance contributes (memory placement, its
                     # own warm-up) becomes round-to-round noise the paired CI sees, not a fixed offset
                     held.close()
-                    servers = {name: held.enter_context(self.server(name, gpus.get(name))) for name in names}
+                    servers = {name: held.enter_context(self.warm_server(name, gpus.get(name))) for name in names}
                 for cell in seeded_order(active, self.id, round_):
                     if self.planner.over_budget(round_):
                         return
@@ -241,7 +272,7 @@ class Cohort:
                 todo = [c for c in seeded_order(active, self.id, round_)
                         if member in self.ledger.members_of[c] and not self.ledger.done(c, member, round_)]
                 if todo:
-                    with self.server(member) as live:
+                    with self.warm_server(member) as live:
                         for cell in todo:
                             self.measure(live, cell, member, round_)
 
@@ -251,7 +282,7 @@ class Cohort:
                     if member in self.ledger.members_of[c] and not self.ledger.done(c, member, r)]
             if todo:
                 self.progress.total += len(todo)
-                with self.server(member) as live:
+                with self.warm_server(member) as live:
                     for cell, round_ in todo:
                         self.measure(live, cell, member, round_)
 

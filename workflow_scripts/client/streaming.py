@@ -26,6 +26,7 @@ class RequestRecord:
     request_id: str
     prompt_id: int
     send_ts: float
+    sampling_seed: int | None = None  # the request's random stream (sampling_params.sampling_seed), if it had one
     first_token_ts: float | None = None
     chunk_ts: list[float] = field(default_factory=list)
     chunk_tokens: list[int] = field(default_factory=list)
@@ -61,7 +62,9 @@ def generate_payload(prompt: Prompt, params: dict) -> dict:
 
 
 def completions_payload(prompt: Prompt, params: dict, model: str) -> dict:
+    seed = {"seed": params["sampling_seed"]} if "sampling_seed" in params else {}  # OpenAI's name for it
     return {
+        **seed,
         "model": model,
         "prompt": prompt.input_ids if prompt.input_ids is not None else prompt.text,
         "max_tokens": params["max_new_tokens"],
@@ -174,7 +177,8 @@ async def send(
         url, body, on_chunk = f"{base_url}/v1/chat/completions", chat_payload(prompt, params, model), _on_chat_chunk
     else:
         url, body, on_chunk = f"{base_url}/v1/completions", completions_payload(prompt, params, model), _on_completions_chunk
-    rec = RequestRecord(request_id=request_id, prompt_id=prompt.prompt_id, send_ts=time.perf_counter())
+    rec = RequestRecord(request_id=request_id, prompt_id=prompt.prompt_id, send_ts=time.perf_counter(),
+                        sampling_seed=params.get("sampling_seed"))
     try:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         async with session.post(url, json=body, headers=headers) as resp:

@@ -4,6 +4,11 @@ One `sampling_probs` is used for both the target and the draft distribution, so 
 are applied the same way to both: that is what makes rejection sampling lossless with them.
 Temperature 0 becomes a one-hot distribution at the argmax, so greedy acceptance is the same
 rule as speculative sampling (accept iff the draft token is the argmax; otherwise emit the argmax).
+
+Randomness comes from `RowSeeds`, never from a generator shared by the batch: a uniform depends only on the
+request's seed (SGLang's `sampling_seed`), the output position it decides and what it is for. A request's tokens
+then do not depend on which other requests shared its batches, so two servers given the same seeds sample the same
+text (common random numbers: an A/A pair at T>0 differs only in timing), and a rerun samples what the first did.
 """
 
 from __future__ import annotations
@@ -11,6 +16,52 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+
+# what a uniform decides: each purpose has its own stream, so no (seed, position) reuses one
+TARGET, DRAFT, ACCEPT = 0, 1, 2
+_M32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, c: int) -> torch.Tensor:
+    """(x * c) mod 2**32 for 32-bit x in int64, in halves so that no product overflows int64."""
+    lo, hi = x & 0xFFFF, x >> 16
+    return (lo * c + (((hi * c) & 0xFFFF) << 16)) & _M32
+
+
+def _fmix32(x: torch.Tensor) -> torch.Tensor:
+    """MurmurHash3's 32-bit finaliser: every input bit reaches every output bit."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x85EBCA6B)
+    x = x ^ (x >> 13)
+    x = _mul32(x, 0xC2B2AE35)
+    return x ^ (x >> 16)
+
+
+@dataclass(frozen=True)
+class RowSeeds:
+    """Each row's random stream, keyed by its request seed and output position (a counter-based generator, as
+    SGLang's `multinomial_with_seed` keys its noise by seed and position)."""
+
+    seed: torch.Tensor  # [B] int64 in [0, 2**63)
+    position: torch.Tensor  # [B] int64: the output index of the row's next token
+
+    def uniform(self, purpose: int, offset: torch.Tensor | int = 0) -> torch.Tensor:
+        """One float64 uniform in [0, 1) per row, for the token at output index position + offset."""
+        return self._draw(self.seed, self.position + offset, purpose)
+
+    def uniform_grid(self, purpose: int, k: int) -> torch.Tensor:
+        """[B, k] uniforms for the tokens at output indices position .. position + k - 1."""
+        pos = self.position[:, None] + torch.arange(k)[None, :]
+        return self._draw(self.seed[:, None].expand_as(pos), pos, purpose)
+
+    @staticmethod
+    def _draw(seed: torch.Tensor, pos: torch.Tensor, purpose: int) -> torch.Tensor:
+        key = _fmix32((pos * 4 + purpose) & _M32)
+        key = _fmix32(key ^ (seed & _M32))
+        key = _fmix32(key ^ (seed >> 32))
+        hi, lo = _fmix32(key ^ 0x9E3779B9), _fmix32(key ^ 0x7F4A7C15)
+        return (hi * (1 << 21) + (lo >> 11)).double() / float(1 << 53)
 
 
 @dataclass(frozen=True)
@@ -57,25 +108,25 @@ def sampling_probs(logits: torch.Tensor, params: RowParams) -> torch.Tensor:
     return probs
 
 
-def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
-    """One token id per row of probs [N, V] (rows need not be normalised).
+def sample(probs: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """One token id per row of probs [N, V] (rows need not be normalised), given one uniform [N] per row.
 
-    Inverse CDF with one uniform per row: several times cheaper than torch.multinomial on CPU.
+    Inverse CDF: several times cheaper than torch.multinomial on CPU.
     The clamp keeps a u that rounds up to the total on the last token with non-zero mass.
     """
     cdf = probs.cumsum(-1)
     total = cdf[:, -1:]
-    u = torch.rand(total.shape, generator=generator, dtype=cdf.dtype) * total
+    u = uniform.to(cdf.dtype)[:, None] * total
     idx = torch.searchsorted(cdf, u, right=True)
     last = (cdf < total).sum(-1, keepdim=True)
     return torch.minimum(idx, last).squeeze(-1)
 
 
-def choose_tokens(logits: torch.Tensor, params: RowParams, generator: torch.Generator) -> torch.Tensor:
+def choose_tokens(logits: torch.Tensor, params: RowParams, seeds: RowSeeds) -> torch.Tensor:
     """Next token per row of logits [N, V]; an all-greedy batch skips softmax and the RNG (the common T=0 case)."""
     if params.all_greedy:
         return logits.argmax(-1)
-    return sample(sampling_probs(logits, params), generator)
+    return sample(sampling_probs(logits, params), seeds.uniform(TARGET))
 
 
 def greedy_accept(target_argmax: torch.Tensor, draft_tokens: torch.Tensor, num_drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,7 +146,7 @@ def speculative_accept(
     draft_tokens: torch.Tensor,
     draft_probs: torch.Tensor | None,
     num_drafts: torch.Tensor,
-    generator: torch.Generator,
+    seeds: RowSeeds,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Lossless speculative sampling for a batch (Leviathan et al. / Chen et al.).
 
@@ -104,13 +155,14 @@ def speculative_accept(
     deterministic proposal (n-gram): a point mass at the token. num_drafts [B]: how many of the K
     drafts are real in each row (the rest is padding and never accepted).
     Returns (accepted [B]: leading drafts accepted, next_token [B]: the corrected or bonus token).
+    The corrected or bonus token draws from the TARGET stream at its position, as a plain decode step would.
     """
     B, K = draft_tokens.shape
     if draft_probs is None:
         draft_probs = torch.zeros_like(target_probs[:, :K]).scatter_(-1, draft_tokens[..., None], 1.0)
     p_tok = target_probs[:, :K].gather(-1, draft_tokens[..., None]).squeeze(-1)
     q_tok = draft_probs.gather(-1, draft_tokens[..., None]).squeeze(-1)
-    u = torch.rand((B, K), generator=generator)
+    u = seeds.uniform_grid(ACCEPT, K).to(q_tok.dtype)
     ok = (u * q_tok < p_tok) & (torch.arange(K)[None, :] < num_drafts[:, None])
     accepted = ok.int().cumprod(dim=1).sum(dim=1)
     rows = torch.arange(B)
@@ -121,4 +173,4 @@ def speculative_accept(
     mass = residual.sum(-1, keepdim=True)
     # p == q at a rejected position has probability 0; fall back to p if float rounding gets there.
     residual = torch.where(mass > 0, residual / mass.clamp(min=1e-30), p_next)
-    return accepted, sample(residual, generator)
+    return accepted, sample(residual, seeds.uniform(TARGET, accepted))

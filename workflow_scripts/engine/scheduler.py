@@ -26,11 +26,14 @@ from typing import Callable
 import torch
 
 from workflow_scripts.engine.model import DecoderModel, Segment
-from workflow_scripts.engine.sampling import RowParams, choose_tokens, greedy_accept, sampling_probs, speculative_accept
+from workflow_scripts.engine.sampling import (
+    RowParams, RowSeeds, choose_tokens, greedy_accept, sampling_probs, speculative_accept,
+)  # fmt: skip
 from workflow_scripts.engine.sequence import Sequence
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, Proposal, StandaloneDrafter
 from workflow_scripts.engine.types import (
     DEFAULT_CHUNKED_PREFILL_SIZE,
+    SEED_LIMIT,
     EngineConfigError,
     SamplingParams,
     SpecConfig,
@@ -165,7 +168,7 @@ class Engine:
             self.drafter = StandaloneDrafter(draft, max_running_requests, capacity)
         elif spec is not None:
             self.drafter = NgramDrafter()
-        self._generator = torch.Generator().manual_seed(random_seed)
+        self._generator = torch.Generator().manual_seed(random_seed)  # request seeds when none is given
         self._lock = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._aborts: dict[str, str] = {}
@@ -211,10 +214,14 @@ class Engine:
             raise ValueError(f"max_new_tokens: must be >= 0, got {params.max_new_tokens}")
         if params.temperature < 0 or not 0 < params.top_p <= 1 or params.top_k == 0 or params.top_k < -1:
             raise ValueError("sampling_params: need temperature >= 0, 0 < top_p <= 1, top_k == -1 or >= 1")
-        seq = Sequence(rid, list(input_ids), len(input_ids), params, sink, stop_ids=frozenset(params.stop_token_ids))
         with self._lock:
             if rid in self._known:
                 raise ValueError(f"rid: {rid!r} is already running")
+            # without sampling_seed, the server's seed (--random-seed) and the arrival order pick one
+            seed = params.sampling_seed if params.sampling_seed is not None else int(
+                torch.randint(0, SEED_LIMIT - 1, (1,), generator=self._generator))
+            seq = Sequence(rid, list(input_ids), len(input_ids), params, sink,
+                           stop_ids=frozenset(params.stop_token_ids), seed=seed % SEED_LIMIT)
             self._known.add(rid)
             self._waiting.append(seq)
             self._lock.notify_all()
@@ -419,19 +426,24 @@ class Engine:
             top_k=torch.tensor([s.params.top_k for s in seqs], dtype=torch.long),
         )
 
+    @staticmethod
+    def _row_seeds(seqs: list[Sequence]) -> RowSeeds:
+        return RowSeeds(torch.tensor([s.seed for s in seqs], dtype=torch.long),
+                        torch.tensor([s.output_len for s in seqs], dtype=torch.long))
+
     def _forward(self, rows: list[PrefillRow], decode: bool) -> None:
         """One target forward: a decode (or draft-verify) segment over the running sequences when `decode`,
         plus the prompt chunks in `rows`. Prompts whose last chunk this was sample their first token and
         join the running batch."""
         seqs = list(self._running) if decode else []
         segments: list[Segment] = []
-        proposal = params = None
+        proposal = params = seeds = None
         if seqs:
-            params = self._row_params(seqs)
+            params, seeds = self._row_params(seqs), self._row_seeds(seqs)
             last = torch.tensor([[s.tokens[-1]] for s in seqs])
             start = torch.tensor([s.cache_len for s in seqs])
             if self.drafter is not None:
-                proposal = self.drafter.propose(seqs, params, self.spec.num_steps, self._generator)
+                proposal = self.drafter.propose(seqs, params, self.spec.num_steps, seeds)
                 last = torch.cat([last, proposal.tokens], dim=1)
             segments.append(Segment(last, start, 0))
         chunks = prefill_segments(rows)
@@ -444,10 +456,10 @@ class Engine:
         if seqs:
             if proposal is None:
                 logits = self.target.logits(hidden[0][:, 0])
-                for seq, tok in zip(seqs, choose_tokens(logits, params, self._generator).tolist()):
+                for seq, tok in zip(seqs, choose_tokens(logits, params, seeds).tolist()):
                     self._commit(seq, [tok])
             else:
-                self._verify(seqs, params, proposal, self.target.logits(hidden[0]))
+                self._verify(seqs, params, seeds, proposal, self.target.logits(hidden[0]))
         if rows:
             self._end_prefill(rows, chunks, hidden[len(segments):])
         self._compact()
@@ -464,12 +476,13 @@ class Engine:
         last_hidden = torch.cat([h[:, -1] for h in hidden])  # [rows, H]: every chunk's last position
         seqs = [rows[i].seq for i in done]
         logits = self.target.logits(last_hidden[done])
-        first = choose_tokens(logits, self._row_params(seqs), self._generator).tolist()
+        first = choose_tokens(logits, self._row_params(seqs), self._row_seeds(seqs)).tolist()
         for seq, tok in zip(seqs, first):
             self._running.append(seq)  # its slot is len(_running) already: completed rows precede the chunked one
             self._commit(seq, [tok])
 
-    def _verify(self, seqs: list[Sequence], params: RowParams, proposal: Proposal, logits: torch.Tensor) -> None:
+    def _verify(self, seqs: list[Sequence], params: RowParams, seeds: RowSeeds, proposal: Proposal,
+                logits: torch.Tensor) -> None:
         """Keep each row's accepted run of drafts plus the target's next token (lossless rejection sampling)."""
         B, K = proposal.tokens.shape
         if params.all_greedy:
@@ -477,7 +490,7 @@ class Engine:
         else:
             V = self.vocab_size
             target_probs = sampling_probs(logits.view(B * (K + 1), V), params.repeat(K + 1)).view(B, K + 1, V)
-            accepted, nxt = speculative_accept(target_probs, proposal.tokens, proposal.probs, proposal.num, self._generator)
+            accepted, nxt = speculative_accept(target_probs, proposal.tokens, proposal.probs, proposal.num, seeds)
         drafts = proposal.tokens.tolist()
         nums = proposal.num.tolist()
         with self._lock:

@@ -29,6 +29,7 @@ class Sequence:
     proposed: int = 0
     correct_drafts_histogram: list[int] = field(default_factory=list)  # [i] = verifies that accepted i drafts
     stop_ids: frozenset[int] = field(default_factory=frozenset)
+    seed: int = 0  # its random stream (sampling.RowSeeds): SGLang's sampling_seed, or one the engine drew
     finished: bool = False
 
     @property

@@ -13,7 +13,7 @@ import torch
 
 from workflow_scripts.engine import ngram
 from workflow_scripts.engine.model import DecoderModel, Segment
-from workflow_scripts.engine.sampling import RowParams, sample, sampling_probs
+from workflow_scripts.engine.sampling import DRAFT, RowParams, RowSeeds, sample, sampling_probs
 from workflow_scripts.engine.sequence import Sequence
 
 
@@ -28,7 +28,7 @@ class Drafter(Protocol):
     def prefill(self, seqs: list[Sequence], segments: list[Segment]) -> None:
         """Take in prompt chunks the target has just prefilled (the same segments, slots and positions)."""
 
-    def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal: ...
+    def propose(self, seqs: list[Sequence], params: RowParams, k: int, seeds: RowSeeds) -> Proposal: ...
     def move_slot(self, src: int, dst: int, length: int) -> None: ...
 
 
@@ -56,7 +56,7 @@ class StandaloneDrafter:
         for s in seqs:
             s.draft_len = s.prefilled
 
-    def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal:
+    def propose(self, seqs: list[Sequence], params: RowParams, k: int, seeds: RowSeeds) -> Proposal:
         B = len(seqs)
         tokens, lens = pad_rows([s.tokens[s.draft_len :] for s in seqs])
         start = torch.tensor([s.draft_len for s in seqs])
@@ -69,7 +69,7 @@ class StandaloneDrafter:
                 tok = logits.argmax(-1)
             else:
                 probs = sampling_probs(logits, params)
-                tok = sample(probs, generator)
+                tok = sample(probs, seeds.uniform(DRAFT, step))
                 dists.append(probs)
             drafts.append(tok)
             start = start + (lens if step == 0 else 1)
@@ -89,7 +89,7 @@ class NgramDrafter:
     def prefill(self, seqs: list[Sequence], segments: list[Segment]) -> None:
         pass
 
-    def propose(self, seqs: list[Sequence], params: RowParams, k: int, generator: torch.Generator) -> Proposal:
+    def propose(self, seqs: list[Sequence], params: RowParams, k: int, seeds: RowSeeds) -> Proposal:
         rows = [ngram.propose(s.tokens, k) for s in seqs]
         width = max(len(r) for r in rows)
         tokens = torch.tensor([r + [0] * (width - len(r)) for r in rows], dtype=torch.long).view(len(rows), width)

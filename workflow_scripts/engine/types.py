@@ -53,6 +53,11 @@ class SamplingParams:
     max_new_tokens: int = 128
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
+    sampling_seed: int | None = None  # the request's own random stream; None => the engine draws one
+
+
+# request seeds are kept in [0, 2**63): an int64 tensor holds them
+SEED_LIMIT = 1 << 63
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,8 @@ class ServerProcess:
         for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 5)):
             try:
                 os.killpg(pgid, sig)
+                if sig == signal.SIGTERM:  # a stopped (SIGSTOP) server acts on it only once continued, as systemd
+                    os.killpg(pgid, signal.SIGCONT)  # does: no grace period spent waiting on a frozen process
             except ProcessLookupError:
                 return
             try:

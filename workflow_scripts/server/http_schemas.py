@@ -113,6 +113,11 @@ class SamplingParamsIn(BaseModel):
     spaces_between_special_tokens: bool = True
     no_stop_trim: bool = False
     stream_interval: int | None = Field(None, ge=1)
+    sampling_seed: Annotated[int | None, _schema(
+        {"anyOf": [{"type": "integer"}, NULL]},
+        "the request's own random stream: the same seed, prompt and parameters sample the same tokens whatever "
+        "else the server runs (SGLang honours it under --enable-deterministic-inference)",
+    )] = None
     # Implemented by SGLang, not by the embedded engine: only the neutral value is accepted.
     min_p: Annotated[float, _only(0.0)] = 0.0
     frequency_penalty: Annotated[float, _only(0.0)] = 0.0
@@ -126,7 +131,6 @@ class SamplingParamsIn(BaseModel):
     structural_tag: Annotated[str | None, _only(None)] = None
     stop_regex: Annotated[str | list[str] | None, _only(None)] = None
     logit_bias: Annotated[dict[str, float] | None, _only(None)] = None
-    sampling_seed: Annotated[int | None, _only(None)] = None
     custom_params: Annotated[dict[str, Any] | None, _only(None)] = None
 
     @field_validator("top_k")
@@ -146,7 +150,7 @@ class SamplingParamsIn(BaseModel):
 
 _UNSUPPORTED_SAMPLING = (
     "min_p", "frequency_penalty", "presence_penalty", "repetition_penalty", "min_new_tokens", "n", "json_schema",
-    "regex", "ebnf", "structural_tag", "stop_regex", "logit_bias", "sampling_seed", "custom_params",
+    "regex", "ebnf", "structural_tag", "stop_regex", "logit_bias", "custom_params",
 )  # fmt: skip
 
 
@@ -348,6 +352,7 @@ def _prepare_one(
         max_new_tokens=max_new,
         ignore_eos=sp.ignore_eos,
         stop_token_ids=tuple(sp.stop_token_ids or ()),
+        sampling_seed=sp.sampling_seed,
     )
     extra = {"rid": rid} if rid is not None else {}
     return PreparedRequest(
