@@ -12,6 +12,8 @@ import pandas as pd
 
 from workflow_scripts.analysis.improvement import fmt_ci, to_markdown
 
+BUSY_SPREAD = 1.1  # p95/p5 of the per-cell memory speed beyond which the summary calls the host busy
+
 
 def aa_markdown(aa: pd.DataFrame) -> str:
     """The A/A differences per workload and concurrency, both metrics side by side."""
@@ -60,4 +62,18 @@ def design_lines(metas: list[dict], precision: pd.DataFrame) -> list[str]:
         per_member = ", ".join(f"`{m}` {s / 60:.1f}" for m, s in meta["member_s"].items())
         lines.append(f"  - Measuring took {meta['measuring_s'] / 60:.1f} min (per setting, min: {per_member}) on a "
                      f"machine streaming {meta['mem_bandwidth_gbs']:.1f} GB/s from memory (one thread).")
+        if spread := meta.get("cell_mem_gbs"):
+            lines.append(f"  - {machine_sentence(spread)}")
     return lines
+
+
+def machine_sentence(spread: dict) -> str:
+    """How far the machine's own memory speed moved around the cells: the part of the A/A gap no design can pair
+    away when the host's other tenants change phase faster than a round."""
+    ratio = spread["p95"] / spread["p5"] if spread["p5"] > 0 else float("inf")
+    text = (f"The machine's memory speed, probed around each of {spread['cells']} cells: median "
+            f"{spread['median']:.1f} GB/s, 5–95% {spread['p5']:.1f}–{spread['p95']:.1f} GB/s (×{ratio:.2f})")
+    if ratio < BUSY_SPREAD:
+        return text + "."
+    return (text + ": a busy host. The CPU engine's speed follows memory speed, so cells of a few seconds "
+            "differ by about this much whatever setting they run; expect the A/A gap and the CIs to reflect it.")

@@ -48,6 +48,7 @@ RECORD_SCHEMA = pa.schema(
         ("cell_wall_s", pa.float64()),
         ("cell_client_cpu_s", pa.float64()),
         ("cell_start_ts", pa.float64()),  # wall clock (time.time()) when the cell started: the drift axis
+        ("cell_mem_gbs", pa.float64()),  # the machine's memory speed around the cell (machine.memory_speed_gbs)
         ("cell_server_metrics", pa.string()),  # JSON: the server's /metrics deltas over the cell, null if not scraped
     ]
 )
@@ -70,7 +71,7 @@ def read_records(path: Path) -> pd.DataFrame:
 
 
 def cell_frame(result: CellResult, setting: str, workload: str, temperature: float, concurrency: int,
-               round_: int, cohort: str, start_ts: float) -> pd.DataFrame:
+               round_: int, cohort: str, start_ts: float, mem_gbs: float | None = None) -> pd.DataFrame:
     """The rows of one measured cell, in RECORD_SCHEMA's column order."""
     df = pd.DataFrame([r.as_row() for r in result.records])
     df.insert(0, "setting", setting)
@@ -83,5 +84,6 @@ def cell_frame(result: CellResult, setting: str, workload: str, temperature: flo
     df["cell_wall_s"] = result.wall_s
     df["cell_client_cpu_s"] = result.client_cpu_s
     df["cell_start_ts"] = start_ts
+    df["cell_mem_gbs"] = mem_gbs
     df["cell_server_metrics"] = json.dumps(result.server_metrics, sort_keys=True) if result.server_metrics else None
     return df[RECORD_SCHEMA.names]

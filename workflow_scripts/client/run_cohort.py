@@ -19,6 +19,7 @@ import functools
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import signal
@@ -42,7 +43,7 @@ from workflow_scripts.client.records import cell_frame, read_records, write_parq
 from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
 from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
 from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
-from workflow_scripts.machine import stream_bandwidth_gbs
+from workflow_scripts.machine import memory_speed_gbs, stream_bandwidth_gbs
 
 log = logging.getLogger("benchmark")
 
@@ -161,6 +162,7 @@ class Cohort:
         cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
                              self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
                              api_key=live.spec.api_key, metrics=live.spec.enable_metrics, seed_base=seed_base(wl))
+        mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
         try:
             result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
@@ -171,15 +173,16 @@ class Cohort:
         live.process.check_alive()
         if len(result.records) != cell_plan.total:
             raise RuntimeError(f"cell {tag}: sent {cell_plan.total} requests but recorded {len(result.records)}")
+        mem_gbs = math.sqrt(mem_before * memory_speed_gbs())  # the machine's phase around the cell
         frame = cell_frame(result, member, spec["workload"], wl["temperature"], spec["concurrency"], round_,
-                           self.id, start_ts)
+                           self.id, start_ts, mem_gbs)
         write_parquet_atomic(frame, self.path(cell, member, round_))
         metrics = cell_metrics(frame)
         self.ledger.add(cell, member, round_, metrics)
         self.seconds[member] += time.perf_counter() - t0
-        log.info("cell %s: %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% of one core",
-                 tag, int(frame.error.notna().sum()), metrics["aggregate_tok_s"], metrics["per_request_tok_s"],
-                 100 * result.client_cpu_s / result.wall_s)
+        log.info("cell %s: %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% of one core, "
+                 "memory %.1f GB/s", tag, int(frame.error.notna().sum()), metrics["aggregate_tok_s"],
+                 metrics["per_request_tok_s"], 100 * result.client_cpu_s / result.wall_s, mem_gbs)
         if self.progress is not None:
             self.progress.update()
 
@@ -333,6 +336,16 @@ class Cohort:
         return pd.concat(frames, ignore_index=True)
 
 
+def memory_spread(records: pd.DataFrame) -> dict | None:
+    """The machine's memory speed over the cohort's cells (5th, 50th, 95th percentile, GB/s; one value a cell):
+    how much the machine itself moved while it measured. None when no cell was probed."""
+    per_cell = records.groupby(["setting", "workload", "concurrency", "repeat"])["cell_mem_gbs"].first().dropna()
+    if per_cell.empty:
+        return None
+    p5, p50, p95 = (float(per_cell.quantile(q)) for q in (0.05, 0.5, 0.95))
+    return {"p5": p5, "median": p50, "p95": p95, "cells": int(len(per_cell))}
+
+
 async def watch(server: ServerProcess, url: str, _cell_session: aiohttp.ClientSession) -> None:
     """Beside a running cell: a server that exits, or stops answering /health (a hang, e.g. SIGSTOP), fails the job
     within ~HANG_CHECKS x (HANG_EVERY_S + HANG_TIMEOUT_S), long before the request timeout would. It asks on a
@@ -397,7 +410,9 @@ def main(argv: list[str] | None = None) -> None:
     installed = json.loads(args.moe_installed.read_text()) if args.moe_installed else None
     cohort = Cohort(plan, Models(args.target, args.draft, installed), args)
     meta = cohort.run()
-    write_parquet_atomic(cohort.records(), args.out)
+    records = cohort.records()
+    meta["cell_mem_gbs"] = memory_spread(records)
+    write_parquet_atomic(records, args.out)
     atomic_write_text(args.meta_out, json.dumps(meta, indent=1))
     log.info("wrote %s and %s", args.out, args.meta_out)
 
