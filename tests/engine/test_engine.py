@@ -10,7 +10,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from workflow_scripts.engine.scheduler import Engine
-from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig
+from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
 
 from .conftest import VOCAB, Collector, prompts, run_engine, with_config
 
@@ -233,3 +233,44 @@ def test_a_failing_sink_does_not_stop_the_others(target_dir, engine_factory):
     while engine.stats()["num_finished"] < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert engine.stats()["num_finished"] == 2
+
+
+class BatchCollector(Collector):
+    """A sink with a `batch` method, as the engine process's: records each call's events."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[list[TokenEvent]] = []
+
+    def __call__(self, ev: TokenEvent) -> None:
+        self.sink(ev)
+
+    def batch(self, events: list[TokenEvent]) -> None:
+        self.calls.append(list(events))
+        for ev in events:
+            self.sink(ev)
+
+
+@pytest.mark.parametrize("speculation", [False, True])
+def test_a_batch_sink_gets_one_call_per_forward_with_every_running_request(
+    speculation, target_dir, near_draft_dir, engine_factory
+):
+    """SGLang's BatchTokenIDOut: the engine process sends one message per forward, not one per request, and each
+    request's events keep their order and carry the same tokens as one-event-at-a-time sinks get."""
+    cfg = spec("STANDALONE", 2, near_draft_dir) if speculation else None
+    batch = prompts(4, seed=6)
+    params = SamplingParams(temperature=0.0, max_new_tokens=12, ignore_eos=True)
+    engine = engine_factory(target_dir, cfg, 4, 0)
+    col = BatchCollector()
+    rids = [f"b{i}" for i in range(len(batch))]
+    for rid, prompt in zip(rids, batch):
+        engine.submit(rid, prompt, params, col)
+    col.wait(rids)
+    assert [col.tokens[r] for r in rids] == run_engine(engine, batch, params)[0]  # per-event sinks, same tokens
+    for call in col.calls:
+        assert len({ev.rid for ev in call}) == len(call)  # one event per request and forward
+    assert max(len(call) for call in col.calls) == len(batch)  # decode forwards of all four: one call
+    assert sum(len(call) for call in col.calls) == sum(len(col.events[r]) for r in rids)
+    for rid in rids:  # in order: completion counts rise, the final event last
+        counts = [ev.completion_tokens for ev in col.events[rid]]
+        assert counts == sorted(counts) and col.events[rid][-1].finished and counts[-1] == 12

@@ -6,7 +6,8 @@
     requests (front PUSH -> engine PULL):  ("submit", rid, input_ids, SamplingParams) | ("abort", rid)
                                            | ("stats", token) | ("shutdown",)
     outputs  (engine PUSH -> front PULL):  ("ready", info) | ("failed", one_line) at start-up, then
-                                           TokenEvent | ("refused", rid, message) | ("stats", token, dict)
+                                           list[TokenEvent] (one forward's) | TokenEvent
+                                           | ("refused", rid, message) | ("stats", token, dict)
 
 Messages are pickled copies; nothing is shared. The main thread blocks on the requests socket (an idle engine
 costs no CPU) while the scheduling thread runs the batches and pushes each TokenEvent from its own socket.
@@ -63,11 +64,19 @@ class EventSink:
         self._sockets: list[zmq.Socket] = []
 
     def __call__(self, event: TokenEvent) -> None:
+        self._socket().send_pyobj(event)
+
+    def batch(self, events: list[TokenEvent]) -> None:
+        """One forward's events in one message (the scheduler calls this once per forward): a pickled list costs
+        ~1 us an event to send and receive, against ~20 us for a message each."""
+        self._socket().send_pyobj(events)
+
+    def _socket(self) -> zmq.Socket:
         sock = getattr(self._local, "sock", None)
         if sock is None:
             sock = self._local.sock = push_socket(self._ctx, self._address)
             self._sockets.append(sock)
-        sock.send_pyobj(event)
+        return sock
 
     def close(self) -> None:
         for sock in self._sockets:

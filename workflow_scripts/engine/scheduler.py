@@ -172,6 +172,7 @@ class Engine:
         self._lock = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._aborts: dict[str, str] = {}
+        self._outbox: dict[Callable[[TokenEvent], None], list[TokenEvent]] = {}  # this step's events, per sink
         self._running: list[Sequence] = []
         self._chunked: Sequence | None = None  # SGLang's chunked_req: a prompt prefilled in part, in slot len(_running)
         self._known: set[str] = set()
@@ -198,6 +199,7 @@ class Engine:
             self._thread = None
         for seq in [*self._running, *self._held_chunked(), *self._waiting]:
             self._emit(seq, [], {"type": "abort", "message": "engine stopped"})
+        self._deliver()
         self._running.clear()
         self._chunked = None
         self._waiting.clear()
@@ -279,6 +281,7 @@ class Engine:
                         rows, empty = self._schedule_prefill()
                     for seq in empty:
                         self._finish(seq, [], {"type": "length", "length": 0})
+                    self._deliver()
                     if self.enable_mixed_chunk:
                         if rows or self._running:
                             self._forward(rows, decode=bool(self._running))
@@ -295,6 +298,7 @@ class Engine:
                             self._finish(seq, [], {"type": "abort", "message": f"engine error: {e}"})
                     self._chunked = None
                     self._compact()
+                    self._deliver()
 
     def _held_chunked(self) -> list[Sequence]:
         return [self._chunked] if self._chunked is not None else []
@@ -397,10 +401,23 @@ class Engine:
             spec_proposed_drafts=seq.proposed,
             spec_correct_drafts_histogram=tuple(seq.correct_drafts_histogram),
         )
-        try:
-            seq.sink(event)
-        except Exception:
-            logger.exception("sink for request %s raised; the request continues", seq.rid)
+        self._outbox.setdefault(seq.sink, []).append(event)
+
+    def _deliver(self) -> None:
+        """Hand the events of the step just run to their sinks: one call per sink with a `batch` method (the engine
+        process sends one ZMQ message per forward, as SGLang's scheduler sends one BatchTokenIDOut), else one call
+        per event. Called after every forward, so a first token waits for no other forward."""
+        outbox, self._outbox = self._outbox, {}
+        for sink, events in outbox.items():
+            try:
+                batch = getattr(sink, "batch", None)
+                if batch is not None:
+                    batch(events)
+                else:
+                    for event in events:
+                        sink(event)
+            except Exception:
+                logger.exception("sink of request %s raised; the request continues", events[0].rid)
 
     def _commit(self, seq: Sequence, new_ids: list[int]) -> None:
         """Append tokens one by one, stopping at EOS/stop ids/limits, then emit one event."""
@@ -463,6 +480,7 @@ class Engine:
         if rows:
             self._end_prefill(rows, chunks, hidden[len(segments):])
         self._compact()
+        self._deliver()
 
     def _end_prefill(self, rows: list[PrefillRow], chunks: list[Segment], hidden: list[torch.Tensor]) -> None:
         """Record the prefilled chunks (target and draft caches) and give completed prompts their first token."""

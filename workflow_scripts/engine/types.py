@@ -18,7 +18,9 @@ The server codes against these names only. The engine itself is
     .stats() -> dict                        # avg_spec_accept_length, num_running, num_waiting, ...
 
 `sink` must be cheap and non-blocking (e.g. loop.call_soon_threadsafe onto an asyncio queue): it runs
-on the scheduling thread, and a slow sink slows every request.
+on the scheduling thread, and a slow sink slows every request. The events of one forward reach each sink after
+that forward, through `sink.batch(list_of_events)` when the sink has such a method (one call, as SGLang's
+scheduler sends one BatchTokenIDOut per forward), else through `sink(event)` one by one.
 """
 
 from __future__ import annotations

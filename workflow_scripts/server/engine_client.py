@@ -180,24 +180,22 @@ class EngineClient:
         finally:
             self._stats.pop(token, None)
 
-    def _send(self, msg: tuple) -> None:
+    def _send(self, msg: tuple, warn: bool = True) -> None:
         """Never blocks: with no high-water mark a send only fails when no engine is connected, i.e. it is gone
         (its exit reaches `_on_exit` through the pidfd a moment later)."""
         try:
             self._requests.send_pyobj(msg, flags=zmq.NOBLOCK)
         except zmq.Again:
-            log.warning("engine process not connected; dropped %r", msg[0])
+            if warn:
+                log.warning("engine process not connected; dropped %r", msg[0])
 
     async def _read_outputs(self) -> None:
         while True:
             msg = await self._outputs.recv_pyobj()
-            if isinstance(msg, TokenEvent):
-                self.last_event_time = time.monotonic()
-                queue = self._queues.get(msg.rid)
-                if queue is not None:
-                    queue.put_nowait(msg)
-                    if msg.finished:
-                        del self._queues[msg.rid]
+            if isinstance(msg, list):  # one forward's TokenEvents
+                self._dispatch(msg)
+            elif isinstance(msg, TokenEvent):
+                self._dispatch([msg])
             elif msg[0] == "refused":
                 queue = self._queues.pop(msg[1], None)
                 if queue is not None:
@@ -206,6 +204,15 @@ class EngineClient:
                 future = self._stats.get(msg[1])
                 if future is not None and not future.done():
                     future.set_result(msg[2])
+
+    def _dispatch(self, events: list[TokenEvent]) -> None:
+        self.last_event_time = time.monotonic()
+        for event in events:
+            queue = self._queues.get(event.rid)
+            if queue is not None:
+                queue.put_nowait(event)
+                if event.finished:
+                    del self._queues[event.rid]
 
     # ---- lifetime ----------------------------------------------------------------------------
     def _on_exit(self) -> None:
@@ -229,7 +236,7 @@ class EngineClient:
         """Ask the engine process to stop, kill it if it does not within SHUTDOWN_TIMEOUT_S, free the sockets."""
         self._stopping = True
         if self._proc.poll() is None and not self._exited.is_set():
-            self._send(("shutdown",))
+            self._send(("shutdown",), warn=False)  # not connected: it is exiting already (e.g. a failed start-up)
             try:
                 await asyncio.wait_for(self._exited.wait(), SHUTDOWN_TIMEOUT_S)
             except TimeoutError:
