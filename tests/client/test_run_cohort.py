@@ -77,6 +77,11 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
         assert server["sglang:num_requests_total"] == len(cell)
     meta = json.loads((tmp_path / "out.json").read_text())
     assert meta["schedule"] == "interleaved" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
+    # the machine's memory speed, probed around each of the 4 cells
+    per_cell = records.groupby(["setting", "repeat"]).cell_mem_gbs.agg(["min", "max"])
+    assert (per_cell["min"] == per_cell["max"]).all() and (per_cell["min"] > 0).all()
+    spread = meta["cell_mem_gbs"]
+    assert spread["cells"] == 4 and 0 < spread["p5"] <= spread["median"] <= spread["p95"]
     # each server served its unrecorded warm-up wave before its first measured cell
     for member in ("baseline", "baseline_aa"):
         warmed = done.stderr.index(f"server {member} warmed up")
