@@ -7,7 +7,9 @@ Prints, for the study's A/A twin and its comparisons:
 - closeness: median and worst |A/A difference| (goals <= 2% and <= 5%), per metric;
 - precision: the median paired-CI half-width over every comparison (goal <= 3%), and the cells at the target;
 - with --compare: how many comparisons of the two runs agree within their CIs (the CIs overlap);
-- the design, the measuring time and the machine's memory bandwidth the figures came from.
+- the design, the measuring time and the machine's memory bandwidth the figures came from;
+- the machine itself: its memory speed probed around every cell (spread over the cohort), and how much of the A/A
+  gap it explains: the correlation, over rounds, of log(twin ÷ control) with log(their cells' memory speeds).
 """
 
 from __future__ import annotations
@@ -17,7 +19,10 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
+
+from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 
 
 def _load(study: Path) -> dict:
@@ -31,7 +36,45 @@ def _load(study: Path) -> dict:
         "precision": pd.read_csv(tables / "precision.csv"),
         "floor": json.loads((tables / "noise_floor.json").read_text()),
         "metas": [json.loads(p.read_text()) for p in sorted((study / "benchmark").glob("*.json"))],
+        "requests": sorted((study / "requests").glob("*.parquet")),
     }
+
+
+def machine_lines(request_files: list[Path], control: str, twin: str) -> list[str]:
+    """The per-cell memory probe (cell_mem_gbs) against the A/A ratio of the same round, and what the A/A gap
+    would be with the probe as a covariate (a what-if: the study's own statistic does not adjust)."""
+    if not request_files:
+        return []
+    frame = add_request_metrics(pd.concat([pd.read_parquet(p) for p in request_files], ignore_index=True))
+    if "cell_mem_gbs" not in frame or frame["cell_mem_gbs"].isna().all():
+        return ["machine: no per-cell memory probe in these records (measured before cell_mem_gbs existed)"]
+    keys = ["workload", "concurrency", "cohort", "repeat"]
+    cells = cell_table(frame).merge(frame.groupby(["setting", *keys], as_index=False)["cell_mem_gbs"].first(),
+                                    on=["setting", *keys]).dropna(subset=["aggregate_tok_s", "cell_mem_gbs"])
+    lines = [f"machine: memory speed around {len(cells)} cells: median {cells.cell_mem_gbs.median():.1f} GB/s, "
+             f"5-95% {cells.cell_mem_gbs.quantile(0.05):.1f}-{cells.cell_mem_gbs.quantile(0.95):.1f} GB/s"]
+    # elasticity of tok/s to memory speed, within each (setting, workload, concurrency), from every member but the
+    # twin, so that the A/A figures below are out of sample
+    others = cells[cells.setting != twin].assign(y=lambda d: np.log(d.aggregate_tok_s), x=lambda d: np.log(d.cell_mem_gbs))
+    group = others.groupby(["setting", "workload", "concurrency"])
+    dy, dx = others.y - group.y.transform("mean"), others.x - group.x.transform("mean")
+    beta = float((dx * dy).sum() / (dx * dx).sum()) if (dx * dx).sum() > 0 else float("nan")
+    both = cells[cells.setting == control].merge(cells[cells.setting == twin], on=keys, suffixes=("_c", "_t"))
+    if len(both) < 3 or not np.isfinite(beta):
+        return lines
+    aa = np.log(both.aggregate_tok_s_t / both.aggregate_tok_s_c)
+    machine = np.log(both.cell_mem_gbs_t / both.cell_mem_gbs_c)
+    r = float(np.corrcoef(aa, machine)[0, 1])
+    adjusted = both.assign(raw=aa, adj=aa - beta * machine).groupby(["workload", "concurrency"])[["raw", "adj"]].mean()
+    raw_pct, adj_pct = (100 * np.expm1(adjusted[c]).abs() for c in ("raw", "adj"))
+    lines += [
+        f"machine: over {len(both)} rounds, log(A/A aggregate ratio) vs log(memory-speed ratio): r = {r:.2f} "
+        f"(r^2 = {r * r:.0%}); A/A log-ratio sd {aa.std(ddof=1):.3f}, after adjusting {(aa - beta * machine).std(ddof=1):.3f}",
+        f"machine: elasticity of tok/s to memory speed within cells (all members but the twin) {beta:.2f}; "
+        f"median |A/A aggregate| {raw_pct.median():.1f}% -> {adj_pct.median():.1f}% adjusted, worst "
+        f"{raw_pct.max():.1f}% -> {adj_pct.max():.1f}% (what-if; the study's tables do not adjust)",
+    ]
+    return lines
 
 
 def aa_goals(aa: pd.DataFrame) -> pd.DataFrame:
@@ -70,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compare", type=Path, help="the same study's folder from a second, separate cold run")
     args = parser.parse_args(argv)
     run = _load(args.study)
+    analysed = set(run["precision"]["cohort"])  # cohorts of an older engine or model may still lie in benchmark/
+    run["metas"] = [m for m in run["metas"] if m["cohort"] in analysed]
     floor = run["floor"]
     print(f"study {args.study}: design {floor['schedule']}, noise floor ±{floor['noise_floor_pct']:.2f}% "
           f"(95th percentile of |A/A|), at least {floor['rounds']} rounds per A/A cell")
@@ -78,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{' (time budget hit)' if meta['budget_hit'] else ''}, memory bandwidth {meta['mem_bandwidth_gbs']:.1f} GB/s")
     print(aa_goals(run["aa"]).to_markdown(index=False))
     print(precision_goal(run["improvement"], run["precision"]))
+    control = run["metas"][0]["control"]
+    for line in machine_lines(run["requests"], control, f"{control}_aa"):
+        print(line)
     if args.compare:
         print(agreement(run["improvement"], _load(args.compare)["improvement"]))
     return 0
