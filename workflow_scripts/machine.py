@@ -36,10 +36,10 @@ def stream_bandwidth_gbs(repeats: int = 5) -> float:
 def memory_speed_gbs() -> float:
     """The machine's memory speed right now: the median of a few passes over 32 MB (larger than the caches).
 
-    Taken around every measured cell. Other tenants of a shared host move it by 2x within seconds (a 64 MB
-    pass here ranged 10-25 GB/s from one second to the next in a busy phase, +-4% in a quiet one), and the CPU
-    engine's speed follows it: the spread of these samples over a study is the floor no pairing of cells that
-    last seconds can get below."""
+    Taken around every measured cell. Other tenants of a shared host move it by up to 2.6x within seconds (1-s
+    means of a 64 MB pass in a busy phase; +-4% in a quiet one), and the CPU engine's speed follows it, so its
+    spread over a study says how busy the host was while it measured (on 2026-12-01 the probe's ratio followed
+    23% of the A/A variance: a sign of the host's noise, not all of it)."""
     global _cell_probe
     if _cell_probe is None:
         _cell_probe = torch.ones(CELL_PROBE_MB * 2**20 // 4, dtype=torch.float32)

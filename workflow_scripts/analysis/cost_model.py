@@ -26,6 +26,7 @@ import argparse
 import dataclasses
 import json
 import logging
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,8 +36,9 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
-from workflow_scripts.analysis.paired import paired_ratio
+from workflow_scripts.analysis.improvement import improvements
 from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.summarize import improvement_values
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,6 @@ STATED_QUANTILE = 0.8
 NOISE_FLOOR_FILE = "noise_floor.json"
 STEPS_KEYS = ("speculative_num_steps", "speculative_num_draft_tokens")
 METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_s": "per_request_tok_s_median"}
-ROUND_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s", "per_request_tok_s": "per_request_tok_s_median"}  # cell_table
 
 PARAM_COLUMNS = ["source", "parameter", "workload", "concurrency", "position", "value", "note"]
 PREDICTION_COLUMNS = ["source", "workload", "concurrency", "steps", "setting", "measured", "tokens_per_verify",
@@ -195,19 +196,13 @@ class PairedSpeedup:
 
 
 def _paired_speedups(rounds: pd.DataFrame, baseline: str) -> dict[tuple[str, str, int, str], PairedSpeedup]:
-    """(setting, workload, concurrency, metric) -> the paired speedup over the rounds both were measured in."""
-    out = {}
-    base = rounds[rounds["setting"] == baseline]
-    for (setting, workload, concurrency), cand in rounds[rounds["setting"] != baseline].groupby(
-            ["setting", "workload", "concurrency"]):
-        pairs = base[(base["workload"] == workload) & (base["concurrency"] == concurrency)].merge(
-            cand, on=["cohort", "repeat"], suffixes=("_b", "_c"))
-        for metric, column in ROUND_COLUMNS.items():
-            paired = paired_ratio(pairs[f"{column}_b"].to_numpy("float64"), pairs[f"{column}_c"].to_numpy("float64"))
-            if np.isfinite(paired.diff_pct):
-                out[(setting, workload, int(concurrency), metric)] = PairedSpeedup(
-                    *(1 + pct / 100 for pct in (paired.diff_pct, paired.ci_low_pct, paired.ci_high_pct)))
-    return out
+    """(setting, workload, concurrency, metric) -> the paired speedup over the rounds both were measured in: the
+    improvement table's own pairing (analysis/improvement.py), as ratios."""
+    others = sorted(set(rounds["setting"]) - {baseline})
+    table = improvements(improvement_values(rounds), [("cost", baseline, s) for s in others], math.nan)
+    return {(r.candidate, r.workload, int(r.concurrency), r.metric):
+            PairedSpeedup(*(1 + pct / 100 for pct in (r.improvement_pct, r.ci_low_pct, r.ci_high_pct)))
+            for r in table.itertuples(index=False) if np.isfinite(r.improvement_pct)}
 
 
 def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str],

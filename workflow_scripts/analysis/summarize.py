@@ -76,16 +76,18 @@ def summarize_external(external: pd.DataFrame) -> pd.DataFrame:
     return out.reindex(columns=SUMMARY_COLUMNS)
 
 
-def improvement_values(cells: pd.DataFrame, external: pd.DataFrame) -> pd.DataFrame:
+def improvement_values(cells: pd.DataFrame, external: pd.DataFrame | None = None) -> pd.DataFrame:
     """One row per round (measured: keyed by cohort and repeat, for pairing) or per cell (external: one round)."""
     measured = pd.DataFrame({
         "source": MEASURED, "setting": cells["setting"], "workload": cells["workload"],
         "concurrency": cells["concurrency"], "cohort": cells["cohort"], "repeat": cells["repeat"],
         "per_request_tok_s": cells["per_request_tok_s_median"], "aggregate_tok_s": cells["aggregate_tok_s"],
     })
+    if external is None or external.empty:
+        return measured
     ext = external[["source", "setting", "workload", "concurrency", "per_request_tok_s", "aggregate_tok_s"]]
     ext = ext.assign(cohort="external", repeat=0)
-    return pd.concat([measured, ext], ignore_index=True) if len(ext) else measured
+    return pd.concat([measured, ext], ignore_index=True)
 
 
 def latency_quantiles(requests: pd.DataFrame) -> pd.DataFrame:

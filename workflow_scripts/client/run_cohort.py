@@ -36,7 +36,7 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.analysis.output import atomic_write_text
-from workflow_scripts.client.cell import CellPlan, run_cell, sampling_params, seed_base
+from workflow_scripts.client.cell import CellPlan, CellResult, run_cell, sampling_params, seed_base
 from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
@@ -159,14 +159,11 @@ class Cohort:
         spec = self.cells[cell]
         wl = spec["spec"]
         tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
-        cell_plan = CellPlan(spec["concurrency"], spec["warmup"], spec["measured"], self.plan["api"],
-                             self.plan["request_timeout_s"], incremental=live.spec.incremental_streaming,
-                             api_key=live.spec.api_key, metrics=live.spec.enable_metrics, seed_base=seed_base(wl))
+        cell_plan = self.cell_plan(live, spec, spec["warmup"], spec["measured"], metrics=live.spec.enable_metrics)
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
         try:
-            result = run_cell(live.url, cell_plan, self.prompts[spec["workload"]], sampling_params(wl), tag,
-                              watchdog=functools.partial(watch, live.process, live.url))
+            result = self.send_cell(live, spec, cell_plan, tag)
         except (aiohttp.ClientError, asyncio.TimeoutError):  # e.g. the /metrics scrape of a server that just died
             live.process.raise_if_dead("died during a cell")
             raise
@@ -186,6 +183,17 @@ class Cohort:
         if self.progress is not None:
             self.progress.update()
 
+    def cell_plan(self, live: Live, spec: dict, warmup: int, measured: int, metrics: bool) -> CellPlan:
+        """How a cell of `spec` is driven against this server (its streaming mode, key, seeds)."""
+        return CellPlan(spec["concurrency"], warmup, measured, self.plan["api"], self.plan["request_timeout_s"],
+                        incremental=live.spec.incremental_streaming, api_key=live.spec.api_key, metrics=metrics,
+                        seed_base=seed_base(spec["spec"]))
+
+    def send_cell(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
+        """Send one cell (measured or warm-up) with the liveness check beside it."""
+        return run_cell(live.url, plan, self.prompts[spec["workload"]], sampling_params(spec["spec"]), tag,
+                        watchdog=functools.partial(watch, live.process, live.url))
+
     def warm(self, live: Live, member: str) -> None:
         """One unrecorded wave at the member's highest concurrency of each workload (benchmark.server_warmup)."""
         if not self.plan["server_warmup"]:
@@ -194,13 +202,9 @@ class Cohort:
         widest = {spec["workload"]: spec for spec in sorted(cells, key=lambda spec: spec["concurrency"])}
         t0 = time.perf_counter()
         for spec in widest.values():
-            wl, c = spec["spec"], spec["concurrency"]
-            plan = CellPlan(c, 0, c, self.plan["api"], self.plan["request_timeout_s"],
-                            incremental=live.spec.incremental_streaming, api_key=live.spec.api_key,
-                            seed_base=seed_base(wl))
-            result = run_cell(live.url, plan, self.prompts[spec["workload"]], sampling_params(wl),
-                              f"{member}-{spec['workload']}-c{c}-warmup",
-                              watchdog=functools.partial(watch, live.process, live.url))
+            c = spec["concurrency"]
+            plan = self.cell_plan(live, spec, 0, c, metrics=False)
+            result = self.send_cell(live, spec, plan, f"{member}-{spec['workload']}-c{c}-warmup")
             live.process.check_alive()
             if errors := [r.error for r in result.records if r.error]:
                 raise RuntimeError(f"server warm-up of {member} ({spec['workload']}, concurrency {c}): {errors[0]}")
