@@ -34,8 +34,9 @@ system-deps:
 			chromium munge slurmctld slurmd slurm-client >/dev/null; \
 	fi
 
+# one worker per core, each test file on one worker (its module fixtures, e.g. a whole smoke study, built once)
 test: $(STAMP) system-deps
-	pytest -q tests
+	pytest -q -n auto --dist loadfile tests
 
 lint: $(STAMP)
 	snakefmt --check Snakefile rules/
