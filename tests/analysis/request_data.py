@@ -1,6 +1,7 @@
 """Per-request test data in the client's parquet schema, with values chosen so the expected statistics are known.
 
-Requests of a cell run back to back in ``concurrency`` parallel lanes; each decodes ``tokens`` tokens at exactly
+Requests of a cell run in ``concurrency`` parallel lanes, each request on the lane that frees first (the client's
+closed loop); each decodes ``tokens`` tokens at exactly
 ``tok_s`` after a TTFT of ``ttft_s``, in chunks of ``tokens_per_chunk`` tokens.
 """
 
@@ -28,7 +29,7 @@ def cell(setting: str, workload: str, concurrency: int, repeat: int, *, n: int =
     lanes = [t0] * concurrency
     rows = []
     for i in range(n + warmup):
-        lane = i % concurrency
+        lane = int(np.argmin(lanes))
         send = lanes[lane]
         prompt_id = i % 4
         decode = tokens / speeds[i]

@@ -31,17 +31,33 @@ def test_per_request_tpot_itl_and_acceptance_follow_their_definitions():
     assert summary.loc[0, "tpot_p50_ms"] == pytest.approx(160 / 15)
 
 
-def test_aggregate_counts_non_warmup_tokens_over_first_send_to_last_end():
-    # 4 requests on 2 lanes, each 0.05 s TTFT + 0.16 s decode, back to back: span 0.42 s, 64 tokens
+def test_aggregate_without_stragglers_counts_every_measured_token_from_first_send_to_last_end():
+    # 4 requests on 2 lanes, each 0.05 s TTFT + 0.16 s decode, back to back: the window is the whole 0.42 s
     cells = cell_table(_metrics(cell("s", "w", 2, 0, n=4, warmup=0, tok_s=100.0, tokens=16)))
     assert cells.loc[0, "aggregate_tok_s"] == pytest.approx(64 / 0.42)
-    # a warm-up request first: it shifts one lane, and neither its tokens nor its send time count
-    rows = cell("s", "w", 2, 0, n=4, warmup=1, tok_s=100.0, tokens=16)
-    measured = [r for r in rows if not r["warmup"]]
-    span = max(r["end_ts"] for r in measured) - min(r["send_ts"] for r in measured)
-    cells = cell_table(_metrics(rows))
+    # a warm-up request first: the window opens at the first measured send and closes when a lane is left empty
+    # (the 4th of 5 ends: 0.42 s); the warm-up's 16 tokens fall inside it (0.05-0.21 s) and count
+    cells = cell_table(_metrics(cell("s", "w", 2, 0, n=4, warmup=1, tok_s=100.0, tokens=16)))
     assert cells.loc[0, "n_ok"] == 4
-    assert cells.loc[0, "aggregate_tok_s"] == pytest.approx(64 / span)
+    assert cells.loc[0, "aggregate_tok_s"] == pytest.approx(64 / 0.42)
+
+
+def test_aggregate_leaves_out_the_drain_of_a_straggler():
+    # 2 lanes; the warm-up wave ends together at 0.21 s, then one measured request takes 0.21 s and the other 0.69 s
+    # (16 tokens at 25 tok/s). Only 0.21-0.42 s has both lanes busy: 16 + 4 of the straggler's tokens (its chunks
+    # come every 0.64/15 s from 0.26 s). First send to last end would be 32 tokens over 0.69 s, half the rate,
+    # because the straggler decoded alone for its last 0.48 s.
+    rows = cell("s", "w", 2, 0, n=2, warmup=2, tok_s=[100, 100, 100, 25], tokens=16)
+    assert cell_table(_metrics(rows)).loc[0, "aggregate_tok_s"] == pytest.approx(20 / 0.21)
+
+
+def test_aggregate_counts_warmup_tokens_streamed_while_measured_requests_run():
+    # a warm-up straggler (0.05-0.69 s) keeps one lane while two measured requests run back to back on the other
+    # (0.21-0.63 s). The window, 0.21 s (first measured send) to 0.63 s (the 3rd of 4 ends, the first with no
+    # request left to replace it), holds both measured requests' 32 tokens and 10 of the warm-up's: 100 tok/s,
+    # where the measured tokens alone would give 76 and miss the lane the warm-up held
+    rows = cell("s", "w", 2, 0, n=2, warmup=2, tok_s=[100, 25, 100, 100], tokens=16)
+    assert cell_table(_metrics(rows)).loc[0, "aggregate_tok_s"] == pytest.approx(42 / 0.42)
 
 
 def test_all_errored_cell_is_empty_not_zero():

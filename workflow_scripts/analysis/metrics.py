@@ -13,8 +13,15 @@ and ``output_tokens`` and ``first_token_ts`` are present; warm-up requests never
 - e2e latency = ``end_ts - send_ts``.
 - acceptance length: request mean = mean of the per-request ``accept_length``; token-weighted =
   ``sum(output_tokens) / sum(spec_verify_ct)`` over the cell, so long answers weigh more.
-- aggregate tok/s of a cell (one setting × workload × concurrency × round of a cohort) = sum of output tokens of its ok,
-  non-warm-up requests ÷ (last ``end_ts`` − first ``send_ts``) over those same requests.
+- aggregate tok/s of a cell (one setting × workload × concurrency × round of a cohort) = the tokens streamed while the
+  server held exactly ``concurrency`` requests ÷ that time: the window opens at the first non-warm-up ``send_ts``
+  and closes at the first end that no new request replaced. In the closed loop of client/cell.py the first
+  N − C of a cell's N ends (in time order) each start the next request at once, so that is its (N − C + 1)-th
+  ``end_ts``. Every ok request's chunks inside the window count, warm-up requests' too, by ``chunk_ts`` and
+  ``chunk_tokens``. A cell is only two waves, so a span from first send to last end was mostly
+  ramp and drain, and they differ between settings: a speculative batch finishes at scattered steps, so its
+  measured requests start among warm-up requests whose tokens did not count, and it ends in a tail of the least
+  accepted requests decoding nearly alone, where the baseline's wave starts and ends together.
 - a cell with no ok request is *empty*: every metric is NaN (shown as "—"), never 0 tok/s.
 """
 
@@ -30,7 +37,7 @@ GROUP_KEYS = ["setting", "workload", "concurrency"]
 
 REQUIRED_COLUMNS = {
     "setting", "workload", "concurrency", "cohort", "repeat", "prompt_id", "warmup", "temperature", "send_ts",
-    "first_token_ts", "chunk_ts", "end_ts", "output_tokens", "finish_reason", "spec_verify_ct",
+    "first_token_ts", "chunk_ts", "chunk_tokens", "end_ts", "output_tokens", "finish_reason", "spec_verify_ct",
     "accept_length", "error",
 }
 OUTPUT_IDENTITY_COLUMNS = ("output_ids", "text_hash")
@@ -80,12 +87,21 @@ def inter_chunk_gaps(chunk_ts: pd.Series) -> np.ndarray:
 
 
 def aggregate_tok_s(cell: pd.DataFrame) -> float:
-    """Aggregate tok/s of one cell's ok, non-warm-up requests; NaN for an empty cell."""
-    ok = cell[cell["ok"]]
-    if ok.empty:
+    """Aggregate tok/s of one cell (its warm-up rows included) over its steady window, as defined above; NaN for
+    an empty cell or a window with no length."""
+    measured = cell[~cell["warmup"].astype(bool)]
+    if not measured["ok"].any():
         return float("nan")
-    span = ok["end_ts"].max() - ok["send_ts"].min()
-    return float(ok["out_tokens_"].sum() / span) if span > 0 else float("nan")
+    opens = float(measured["send_ts"].min())
+    ends = np.sort(cell["end_ts"].dropna().to_numpy(dtype="float64"))
+    closes = float(ends[max(len(ends) - int(cell["concurrency"].iloc[0]), 0)])
+    if not closes > opens:
+        return float("nan")
+    ok = cell[cell["ok"]]
+    times = np.concatenate([np.asarray(ts, dtype="float64") for ts in ok["chunk_ts"]])
+    tokens = np.concatenate([np.asarray(n, dtype="float64") for n in ok["chunk_tokens"]])
+    inside = (times > opens) & (times <= closes)
+    return float(tokens[inside].sum() / (closes - opens))
 
 
 def token_weighted_acceptance(ok: pd.DataFrame) -> float:
@@ -97,10 +113,13 @@ def token_weighted_acceptance(ok: pd.DataFrame) -> float:
 
 
 def cell_table(requests: pd.DataFrame) -> pd.DataFrame:
-    """One row per setting × workload × concurrency × cohort × round (non-warm-up requests only)."""
-    df = requests[~requests["warmup"].astype(bool)]
+    """One row per setting × workload × concurrency × cohort × round: non-warm-up requests only, but for the
+    aggregate's window, which also counts the warm-up requests' tokens inside it."""
     rows = []
-    for key, cell in df.groupby(CELL_KEYS, sort=True):
+    for key, whole in requests.groupby(CELL_KEYS, sort=True):
+        cell = whole[~whole["warmup"].astype(bool)]
+        if cell.empty:
+            continue
         ok = cell[cell["ok"]]
         rows.append({
             **dict(zip(CELL_KEYS, key)),
@@ -108,7 +127,7 @@ def cell_table(requests: pd.DataFrame) -> pd.DataFrame:
             "n_err": int(len(cell) - len(ok)),
             "per_request_tok_s_median": float(ok["per_request_tok_s"].median()) if len(ok) else np.nan,
             "per_request_tok_s_mean": float(ok["per_request_tok_s"].mean()) if len(ok) else np.nan,
-            "aggregate_tok_s": aggregate_tok_s(cell),
+            "aggregate_tok_s": aggregate_tok_s(whole),
         })
     return pd.DataFrame(rows, columns=[*CELL_KEYS, "n_ok", "n_err", "per_request_tok_s_median",
                                        "per_request_tok_s_mean", "aggregate_tok_s"])
