@@ -3,6 +3,7 @@ source without acceptance data in one line, and keeps flagged histograms out of 
 
 from __future__ import annotations
 
+import json
 import logging
 
 import numpy as np
@@ -37,14 +38,27 @@ def sample_histogram(rng: np.random.Generator, alphas: list[float], steps: int, 
     return histogram[: accepted.max() + 1].tolist()  # SGLang grows the list only as far as the largest count
 
 
-def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, requests_per_cell=12):
-    """Requests (with histograms) and a summary whose tok/s follow the model, with multiplicative noise."""
+def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, requests_per_cell=12,
+                    prefill: dict[int, float] | None = None, rho: float = 1.0):
+    """Requests (with histograms) and a summary whose tok/s follow the model, with multiplicative noise. With
+    ``prefill`` ({C: the baseline's prefill share}), speculation speeds up only the rest, its prefill costs ``rho``
+    times the baseline's, and each request carries its cell's forward times as the client records them."""
     req_rows, sum_rows = [], []
     for workload, alphas in ALPHAS.items():
         for conc, base in BASE_TOK_S.items():
             for setting, k in {"baseline": 0, **settings}.items():
-                speedup = expected_tokens(alphas, k) / TRUE_COSTS.step_cost(k, conc) if k else 1.0
+                share = (prefill or {}).get(conc, 0.0)
+                costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {conc: rho})
+                speedup = costs.speedup(expected_tokens(alphas, k), k, conc, share)
                 value = base * speedup * (1 + noise * rng.standard_normal())
+                tokens = 1000.0  # the cell's: its forward seconds at the baseline's speed are 1000 / base
+                decode_s = (1 - share) * tokens / base * (speedup if k == 0 else TRUE_COSTS.step_cost(k, conc)
+                                                          / expected_tokens(alphas, k))
+                extend_s = share * tokens / base * (rho if k else 1.0)
+                metrics = json.dumps({"specstudy:decode_forward_seconds_total": decode_s,
+                                      "specstudy:extend_forward_seconds_total": extend_s,
+                                      "specstudy:mixed_forward_seconds_total": 0.0,
+                                      "sglang:generation_tokens_total": tokens}) if prefill else None
                 sum_rows.append({"source": MEASURED, "setting": setting, "workload": workload, "concurrency": conc,
                                  "aggregate_tok_s_median": value, "aggregate_tok_s_ci_low": value * 0.97,
                                  "aggregate_tok_s_ci_high": value * 1.03,
@@ -56,7 +70,7 @@ def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, reques
                                      "request_id": f"{setting}-{workload}-{conc}-{i}", "ok": True, "warmup": False,
                                      "temperature": TEMPERATURE[workload],
                                      "spec_verify_ct": verifies if k else None,
-                                     "spec_correct_drafts_histogram": histogram})
+                                     "spec_correct_drafts_histogram": histogram, "cell_server_metrics": metrics})
     return pd.DataFrame(req_rows), pd.DataFrame(sum_rows)
 
 
@@ -194,3 +208,30 @@ def test_speedups_are_paired_by_round_so_drift_between_cohorts_does_not_bias_the
     true_speedup = expected_tokens(ALPHAS[late.workload], 4) / TRUE_COSTS.step_cost(4, late.concurrency)
     # in the baseline's units (its median over both cohorts), not the slow cohort's
     assert late.measured_aggregate_tok_s == pytest.approx(base * true_speedup, rel=0.03)
+
+
+def test_the_prefill_share_is_not_sped_up_and_the_forward_times_say_how_large_it_is():
+    """Steps 1-3 measured where prefill-only forwards took 3-30% of the baseline's forward time (more at high C, as
+    on the embedded engine) and cost a speculative setting 1.15x the baseline's: with the forward times the fit
+    recovers the step costs and predicts steps 4; without them it counts the prefill as step cost."""
+    shares = {1: 0.03, 4: 0.08, 16: 0.18, 64: 0.30}
+    measured = {"steps1": 1, "steps2": 2, "steps3": 3}
+    requests, summary = synthetic_study(np.random.default_rng(5), settings=measured, noise=0.01, prefill=shares,
+                                        rho=1.15)
+    cfg = study_config(measured, predict_max_steps=4)
+    report = analyse(requests, summary, cfg)
+    blind = analyse(requests.drop(columns="cell_server_metrics"), summary, cfg)
+    for conc, share in shares.items():
+        assert param(report.params, "prefill_share", workload="synthetic", concurrency=conc) == pytest.approx(share)
+        assert param(report.params, "prefill_ratio", concurrency=conc) == pytest.approx(1.15)
+        for k in (1, 2, 3):
+            true = TRUE_COSTS.step_cost(k, conc)
+            assert param(report.params, "spec_step_cost", concurrency=conc, position=k) == pytest.approx(true, rel=0.1)
+    # blind to the prefill, the fit charges it to the speculative step: at C=64 a third too expensive by steps 3
+    assert param(blind.params, "spec_step_cost", concurrency=64, position=3) > 1.25 * TRUE_COSTS.step_cost(3, 64)
+    steps4 = report.predictions[report.predictions["steps"] == 4].set_index(["workload", "concurrency"])
+    for workload, alphas in ALPHAS.items():
+        for conc, share in shares.items():
+            costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {conc: 1.15})
+            truth = BASE_TOK_S[conc] * costs.speedup(expected_tokens(alphas, 4), 4, conc, share)
+            assert steps4.loc[(workload, conc), "predicted_aggregate_tok_s"] == pytest.approx(truth, rel=0.05)

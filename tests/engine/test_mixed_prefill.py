@@ -70,6 +70,10 @@ def test_chunked_prefill_is_lossless(algorithm, mixed, smoke_pair, workload, bas
     assert stats["total_prefill_tokens"] == sum(len(p) for p, _ in workload)
     assert (stats["total_mixed_forwards"] > 0) == mixed
     assert (stats["total_stall_forwards"] == 0) == mixed  # mixing: no prefill forward makes running ones wait
+    # the forward time by mode: decode and prefill-only forwards in both (mixing starts from an idle engine), mixed
+    # ones only when mixing
+    assert stats["total_decode_seconds"] > 0 and stats["total_extend_seconds"] > 0
+    assert (stats["total_mixed_seconds"] > 0) == mixed
 
 
 @pytest.mark.parametrize("algorithm", ["none", "STANDALONE"])

@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from workflow_scripts.client.prompts import Prompt
 from workflow_scripts.client.server_metrics import MetricsUnavailable, cell_deltas, scrape
 from workflow_scripts.client.streaming import send
+from workflow_scripts.engine.types import FORWARD_MODES
 
 STEPS = 2
 PARAMS = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 20, "ignore_eos": True}
@@ -75,6 +76,11 @@ def test_cell_deltas_match_the_requests_sent(metrics_server):
     assert 0.0 <= d["sglang:spec_accept_rate"] <= 1.0
     assert d["sglang:gen_throughput"] > 0
     assert d["sglang:num_running_reqs"] == 0 and d["sglang:num_queue_reqs"] == 0
+    # the engine's own forward time by mode: one thread runs them one after another inside the cell, decode steps
+    # (verifies here) and the prompts' prefills both ran, and nothing mixed them (--enable-mixed-chunk is off)
+    seconds = {mode: d[f"specstudy:{mode}_forward_seconds_total"] for mode in FORWARD_MODES}
+    assert seconds["decode"] > 0 and seconds["extend"] > 0 and seconds["mixed"] == 0
+    assert sum(seconds.values()) <= max(r.end_ts for r in records) - min(r.send_ts for r in records)
 
 
 def test_scraping_a_server_without_metrics_names_the_url(plain_server):

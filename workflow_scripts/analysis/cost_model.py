@@ -1,6 +1,7 @@
 """A speculative-decoding cost model fitted to the study's own cells: why a setting won, and what steps 4, 5, ... do.
 
-    python -m workflow_scripts.analysis.cost_model --study results/embedded-cpu --predict-steps 4 5
+    python -m workflow_scripts.analysis.cost_model --study results/embedded-cpu --predict-steps 4 5 \
+        [--leave-out steps4 steps5 --out predicted.csv]
 
 The model (Leviathan et al. 2023, with one α per draft position and a cost that depends on concurrency C):
 
@@ -9,10 +10,16 @@ The model (Leviathan et al. 2023, with one α per draft position and a cost that
 - one speculative step costs r(k, C) = 1 + o + s_C·k plain decode steps at the same concurrency: s_C is one
   more draft position (a draft forward plus one more token in the verify), o a fixed overhead per step (the
   draft's catch-up on the tokens the last verify committed, the acceptance bookkeeping);
-- so tok/s(k, C) = tok/s(baseline, C) · E_k ÷ r(k, C), for aggregate and per-request tok/s alike.
+- speculation speeds up decode forwards only: where the server reports its forward time by mode (the embedded
+  engine's ``specstudy:*_forward_seconds_total``, ``forward_time.py``), a share f of the baseline's forward time
+  went to prefill-only forwards, and a speculative setting's prefill costs ρ_C times the baseline's (its draft
+  prefills too, in more and smaller forwards);
+- so tok/s(k, C) = tok/s(baseline, C) ÷ ((1 − f)·r(k, C) ÷ E_k + f·ρ_C), for aggregate and per-request tok/s
+  alike (Amdahl's law; f = 0 without forward times, which is the plain E_k ÷ r(k, C)).
 
-α comes from the requests' ``spec_correct_drafts_histogram``; o and s_C from the measured speedups by weighted
-least squares (r_obs = E_measured ÷ speedup, relative residuals) over settings × workloads × concurrency. The
+α comes from the requests' ``spec_correct_drafts_histogram``; f and each setting's ρ from the forward times;
+ρ_C is the median ρ of the fitted settings at C; o and s_C from the measured speedups by weighted least squares
+(r_obs = E_measured · (1 ÷ speedup − f·ρ) ÷ (1 − f), relative residuals) over settings × workloads × concurrency. The
 verify's and the draft's shares of s_C are not separable from throughput (both grow by one forward per draft);
 o is fitted only when at least two step counts are measured, else it is 0.
 
@@ -36,6 +43,8 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
+from workflow_scripts.analysis.forward_time import COLUMNS as SHARE_COLUMNS
+from workflow_scripts.analysis.forward_time import attach, prefill_shares
 from workflow_scripts.analysis.improvement import improvements
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import improvement_values
@@ -71,10 +80,12 @@ def expected_tokens(alphas: Sequence[float], steps: int) -> float:
 
 @dataclass(frozen=True)
 class CostFit:
-    """r(k, C) = 1 + overhead + per_draft[C]·k plain decode steps per speculative step (k = 0: 1)."""
+    """r(k, C) = 1 + overhead + per_draft[C]·k plain decode steps per speculative step (k = 0: 1); a speculative
+    setting's prefill costs prefill_ratio[C] times the baseline's (1 where not measured)."""
 
     overhead: float
     per_draft: dict[int, float]
+    prefill_ratio: dict[int, float] = field(default_factory=dict)
 
     def step_cost(self, steps: int, concurrency: int) -> float:
         if steps == 0:
@@ -83,22 +94,35 @@ class CostFit:
             return float("nan")
         return 1.0 + self.overhead + self.per_draft[concurrency] * steps
 
+    def speedup(self, tokens_per_verify: float, steps: int, concurrency: int, prefill_share: float) -> float:
+        """tok/s(k, C) ÷ tok/s(baseline, C): the decode share sped up by E_k ÷ r(k, C), the prefill share not."""
+        if steps == 0:
+            return 1.0
+        rho = self.prefill_ratio.get(concurrency, 1.0)
+        return 1.0 / ((1 - prefill_share) * self.step_cost(steps, concurrency) / tokens_per_verify
+                      + prefill_share * rho)
+
 
 def fit_costs(cells: pd.DataFrame) -> CostFit:
-    """Weighted least squares of r_obs = E ÷ speedup on (1, k at each C); cells: concurrency, steps, E, speedup."""
+    """Weighted least squares of r_obs on (1, k at each C); cells: concurrency, steps, E, speedup, prefill_share,
+    prefill_ratio. A cell whose prefill alone would take longer than its measured time (noise) is left out."""
     cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
+    prefill_ratio = {int(c): float(g.median()) for c, g in cells.groupby("concurrency")["prefill_ratio"]
+                     if g.notna().any()}
+    share, rho = cells["prefill_share"], cells["prefill_ratio"].fillna(1.0)
+    r_obs = cells["tokens_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
+    cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
     if cells.empty:
-        return CostFit(0.0, {})
+        return CostFit(0.0, {}, prefill_ratio)
     concs = sorted(cells["concurrency"].unique())
     with_overhead = cells["steps"].nunique() >= 2
-    r_obs = (cells["tokens_per_verify"] / cells["speedup"]).to_numpy()
     columns = [np.ones(len(cells))] if with_overhead else []
     columns += [np.where(cells["concurrency"] == c, cells["steps"], 0.0) for c in concs]
     design = np.column_stack(columns) / r_obs[:, None]  # relative residuals: (r_obs - r) / r_obs
     coef, *_ = np.linalg.lstsq(design, (r_obs - 1) / r_obs, rcond=None)
     overhead = float(coef[0]) if with_overhead else 0.0
     per_draft = dict(zip((int(c) for c in concs), (float(x) for x in coef[1 if with_overhead else 0:])))
-    return CostFit(overhead, per_draft)
+    return CostFit(overhead, per_draft, prefill_ratio)
 
 
 # ---- the study's data in the model's terms ----------------------------------------------------------------------
@@ -206,9 +230,10 @@ def _paired_speedups(rounds: pd.DataFrame, baseline: str) -> dict[tuple[str, str
 
 
 def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str],
-                  rounds: pd.DataFrame | None = None) -> SourceData:
-    """The measured cells of the baseline and the family, with tokens per verify from the valid histograms and
-    speedups paired by round when ``rounds`` (metrics.cell_table) is given."""
+                  rounds: pd.DataFrame | None = None, shares: pd.DataFrame | None = None) -> SourceData:
+    """The measured cells of the baseline and the family, with tokens per verify from the valid histograms,
+    speedups paired by round when ``rounds`` (metrics.cell_table) is given, and the prefill's share of the forward
+    time where ``shares`` (forward_time.prefill_shares) has it."""
     rows = summary[(summary["source"] == MEASURED) & summary["setting"].isin([cfg.baseline, *family])]
     cells = _cells_frame(rows, cfg, aggregate_ci_low=rows["aggregate_tok_s_ci_low"],
                          aggregate_ci_high=rows["aggregate_tok_s_ci_high"])
@@ -222,7 +247,12 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
     for (setting, workload), g in valid.groupby(["setting", "workload"]):
         acc, rea, _ = position_counts(np.stack(g["histogram"].to_numpy()))
         counts.setdefault(setting, {})[workload] = (acc.sum(axis=0), rea.sum(axis=0))
-    return SourceData(MEASURED, _with_speedup(cells, cfg.baseline, rounds), {}, counts, geometric=False)
+    cells = attach(_with_speedup(cells, cfg.baseline, rounds), _or_empty(shares), cfg.baseline)
+    return SourceData(MEASURED, cells, {}, counts, geometric=False)
+
+
+def _or_empty(shares: pd.DataFrame | None) -> pd.DataFrame:
+    return pd.DataFrame(columns=SHARE_COLUMNS) if shares is None else shares
 
 
 def geometric_alpha(accept_length: float, steps: int) -> float:
@@ -249,7 +279,9 @@ def external_data(summary: pd.DataFrame, source: str, cfg: StudyConfig, family: 
         values = [v for v in values if np.isfinite(v)]
         if values:
             alphas.setdefault(setting, {})[workload] = [float(np.mean(values))]
-    return SourceData(source, _with_speedup(cells, cfg.baseline), alphas, {}, geometric=True)
+    # an external table has no forward times: the model without the prefill's share
+    return SourceData(source, attach(_with_speedup(cells, cfg.baseline), _or_empty(None), cfg.baseline), alphas, {},
+                      geometric=True)
 
 
 # ---- fit, predict, validate -------------------------------------------------------------------------------------
@@ -274,7 +306,8 @@ def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
     out["tokens_per_verify"] = [expected_tokens(model.alphas[w], steps) if w in model.alphas else np.nan
                                 for w in base["workload"]]
     out["step_cost"] = [model.costs.step_cost(steps, int(c)) for c in base["concurrency"]]
-    out["predicted_speedup"] = out["tokens_per_verify"] / out["step_cost"]
+    out["predicted_speedup"] = [model.costs.speedup(e, steps, int(c), f) for e, c, f in
+                                zip(out["tokens_per_verify"], base["concurrency"], base["prefill_share"])]
     for metric in METRIC_COLUMNS:
         out[f"predicted_{metric}"] = base[metric].to_numpy() * out["predicted_speedup"].to_numpy()
     return out
@@ -282,7 +315,7 @@ def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
 
 def _baseline_rows(data: SourceData) -> pd.DataFrame:
     base = data.cells[data.cells["steps"] == 0]
-    return base[["workload", "concurrency", *METRIC_COLUMNS]].reset_index(drop=True)
+    return base[["workload", "concurrency", "prefill_share", *METRIC_COLUMNS]].reset_index(drop=True)
 
 
 def leave_one_out(data: SourceData, family: Sequence[str]) -> pd.DataFrame:
@@ -346,7 +379,8 @@ def _note(steps: int, measured: bool, alpha_positions: int) -> str:
     return "; ".join(parts)
 
 
-def parameter_table(source: str, model: Model, max_steps: int) -> pd.DataFrame:
+def parameter_table(source: str, model: Model, max_steps: int, base: pd.DataFrame) -> pd.DataFrame:
+    """The fitted parameters; ``base``: the baseline rows (_baseline_rows), for the prefill shares."""
     rows = [{"source": source, "parameter": "alpha", "workload": w, "position": p + 1, "value": a,
              "note": "one α for all positions (from accept_length)" if source != MEASURED else ""}
             for w, alphas in model.alphas.items() for p, a in enumerate(alphas)]
@@ -361,6 +395,12 @@ def parameter_table(source: str, model: Model, max_steps: int) -> pd.DataFrame:
         rows += [{"source": source, "parameter": "spec_step_cost", "concurrency": c, "position": k,
                   "value": model.costs.step_cost(k, c), "note": f"one step with {k} drafts, in plain decode steps"}
                  for k in range(1, max_steps + 1)]
+    rows += [{"source": source, "parameter": "prefill_share", "workload": r.workload, "concurrency": r.concurrency,
+              "value": r.prefill_share, "note": "the baseline's prefill-only forwards, share of its forward time "
+              "(not sped up by speculation)"} for r in base.itertuples(index=False) if r.prefill_share > 0]
+    rows += [{"source": source, "parameter": "prefill_ratio", "concurrency": c, "value": rho,
+              "note": "a speculative setting's prefill seconds per token ÷ the baseline's (median of the fitted ones)"}
+             for c, rho in model.costs.prefill_ratio.items()]
     return pd.DataFrame(rows, columns=PARAM_COLUMNS)
 
 
@@ -421,13 +461,13 @@ def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
         if reason:
             lines.append(f"- Cost model, {source}: skipped: {reason}.")
             continue
-        data = (measured_data(summary, hist, cfg, family, rounds) if source == MEASURED
+        data = (measured_data(summary, hist, cfg, family, rounds, prefill_shares(requests)) if source == MEASURED
                 else external_data(summary, source, cfg, family))
         model = fit(data, family)
         validation = leave_one_out(data, family)
         error_pct = stated_error(validation)
         pred = predictions(data, model, cfg.predict_max_steps, error_pct)
-        params.append(parameter_table(source, model, cfg.predict_max_steps))
+        params.append(parameter_table(source, model, cfg.predict_max_steps, _baseline_rows(data)))
         preds.append(pred)
         vals.append(validation)
         lines += _source_lines(source, data, family, others, validation, error_pct, pred, noise_floor_pct,
@@ -592,15 +632,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--predict-steps", type=int, nargs="*", default=None,
                         help="print these step counts (default: 1..analysis.predict_max_steps)")
     parser.add_argument("--out", type=Path, default=None, help="also write the predictions as CSV here")
+    parser.add_argument("--leave-out", nargs="+", default=[], metavar="SETTING",
+                        help="fit and predict as if these settings had not been measured (a prediction to check "
+                             "against them afterwards)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(message)s", stream=sys.stderr)
     try:
         cfg = _study_config(args.study, args.config_json)
+        if unknown := sorted(set(args.leave_out) - set(cfg.settings)):
+            raise ValueError(f"--leave-out: {', '.join(unknown)} not among the study's settings")
+        cfg = dataclasses.replace(cfg, settings={k: v for k, v in cfg.settings.items() if k not in args.leave_out})
         if args.predict_steps:
             cfg = dataclasses.replace(cfg, predict_max_steps=max(cfg.predict_max_steps, *args.predict_steps))
         paths = sorted((args.study / "requests").glob("*.parquet"))
         requests = add_request_metrics(load_requests(paths))
-        requests = requests[requests["setting"] != cfg.twin]  # the A/A twin is the control again
+        # the A/A twin is the control again; left-out settings were never measured, as far as the fit knows
+        requests = requests[(requests["setting"] != cfg.twin) & ~requests["setting"].isin(args.leave_out)]
         rounds = cell_table(requests)
         summary = pd.concat([summarize_measured(requests, rounds, cfg.bootstrap),
                              summarize_external(load_externals(cfg))], ignore_index=True)

@@ -18,6 +18,7 @@ import itertools
 import logging
 import os
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from workflow_scripts.engine.sequence import Sequence
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, Proposal, StandaloneDrafter
 from workflow_scripts.engine.types import (
     DEFAULT_CHUNKED_PREFILL_SIZE,
+    FORWARD_MODES,
     SEED_LIMIT,
     EngineConfigError,
     SamplingParams,
@@ -179,7 +181,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
-                        "forwards": 0, "mixed_forwards": 0, "stall_forwards": 0, "prefill_tokens": 0}
+                        "forwards": 0, "mixed_forwards": 0, "stall_forwards": 0, "prefill_tokens": 0,
+                        **{f"{mode}_seconds": 0.0 for mode in FORWARD_MODES}}
 
     # ---- public, thread-safe -------------------------------------------------------------
     def start(self) -> None:
@@ -262,6 +265,9 @@ class Engine:
             "total_forwards": t["forwards"],
             "total_mixed_forwards": t["mixed_forwards"],
             "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
+            # wall time of each kind of forward, drafting and verifying included (SGLang's ForwardMode names): what
+            # share of a cell a speculative setting can speed up at all (the prefill's is not)
+            **{f"total_{mode}_seconds": t[f"{mode}_seconds"] for mode in FORWARD_MODES},
             "num_finished": t["finished"],
         }
 
@@ -451,7 +457,8 @@ class Engine:
     def _forward(self, rows: list[PrefillRow], decode: bool) -> None:
         """One target forward: a decode (or draft-verify) segment over the running sequences when `decode`,
         plus the prompt chunks in `rows`. Prompts whose last chunk this was sample their first token and
-        join the running batch."""
+        join the running batch. Its wall time counts under its mode (FORWARD_MODES)."""
+        t0 = time.perf_counter()
         seqs = list(self._running) if decode else []
         segments: list[Segment] = []
         proposal = params = seeds = None
@@ -479,6 +486,9 @@ class Engine:
                 self._verify(seqs, params, seeds, proposal, self.target.logits(hidden[0]))
         if rows:
             self._end_prefill(rows, chunks, hidden[len(segments):])
+        mode = "mixed" if seqs and rows else "decode" if seqs else "extend"
+        with self._lock:
+            self._totals[f"{mode}_seconds"] += time.perf_counter() - t0
         self._compact()
         self._deliver()
 

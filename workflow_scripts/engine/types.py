@@ -32,6 +32,8 @@ from pathlib import Path
 # SGLang sizes --chunked-prefill-size by device memory (2048..16384; 8192 for 60-160 GB). The embedded engine keeps
 # the prefill budget it had before chunking existed.
 DEFAULT_CHUNKED_PREFILL_SIZE = 8192
+# the kinds of target forward, by SGLang's ForwardMode: running rows only, prompt chunks only, or both at once
+FORWARD_MODES = ("decode", "extend", "mixed")
 
 
 def chunked_prefill_problem(size: int) -> str | None:

@@ -4,7 +4,9 @@ Request counters and latency histograms are kept here, in the front, as SGLang's
 them. The scheduler's numbers are read from the engine process when /metrics is scraped: its gauges
 (`num_running_reqs`, `num_queue_reqs`, and `gen_throughput`, `spec_accept_length`, `spec_accept_rate` over the
 interval since the previous scrape, as SGLang's scheduler reports them over its last logging interval) and the
-`spec_verify_calls_total` counter.
+`spec_verify_calls_total` counter; and, under `specstudy:` names (SGLang has none), the wall time of the target's
+decode, extend (prefill-only) and mixed forwards, from which the cost model takes the share of a cell that
+speculation cannot speed up.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Iterator
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from workflow_scripts.engine.types import FORWARD_MODES
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 # SGLang's default buckets (TokenizerMetricsCollector).
@@ -70,6 +74,12 @@ class _SchedulerCollector(Collector):
                                      labels=list(self._labels))  # fmt: skip
         verify.add_metric(list(self._labels.values()), self._stats["total_verify_ct"])
         yield verify
+        for mode in FORWARD_MODES:  # no SGLang name: the embedded engine's own (SGLang has no per-mode forward time)
+            family = CounterMetricFamily(f"specstudy:{mode}_forward_seconds",
+                                         f"Wall time of the target's {mode} forwards (drafting and verifying included).",
+                                         labels=list(self._labels))  # fmt: skip
+            family.add_metric(list(self._labels.values()), self._stats[f"total_{mode}_seconds"])
+            yield family
 
 
 def _spec_tokens(stats: dict) -> float:
