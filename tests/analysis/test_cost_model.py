@@ -55,7 +55,10 @@ def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, reques
                 decode_s = (1 - share) * tokens / base * (speedup if k == 0 else TRUE_COSTS.step_cost(k, conc)
                                                           / expected_tokens(alphas, k))
                 extend_s = share * tokens / base * (rho if k else 1.0)
+                # one decode forward per verify step: plain decode steps of the baseline's, each E_k tokens a row
+                forwards = tokens / conc / (expected_tokens(alphas, k) if k else 1.0)
                 metrics = json.dumps({"specstudy:decode_forward_seconds_total": decode_s,
+                                      "specstudy:decode_forwards_total": forwards,
                                       "specstudy:extend_forward_seconds_total": extend_s,
                                       "specstudy:mixed_forward_seconds_total": 0.0,
                                       "sglang:generation_tokens_total": tokens}) if prefill else None
@@ -227,6 +230,10 @@ def test_the_prefill_share_is_not_sped_up_and_the_forward_times_say_how_large_it
         for k in (1, 2, 3):
             true = TRUE_COSTS.step_cost(k, conc)
             assert param(report.params, "spec_step_cost", concurrency=conc, position=k) == pytest.approx(true, rel=0.1)
+            # the engine's forward times measure the same step cost, and the report compares the two
+            assert param(report.params, "measured_step_cost", workload="synthetic", concurrency=conc,
+                         position=k) == pytest.approx(true)
+    assert any(line.strip().startswith("- Step cost, fitted ÷ measured") for line in report.lines)
     # blind to the prefill, the fit charges it to the speculative step: at C=64 a third too expensive by steps 3
     assert param(blind.params, "spec_step_cost", concurrency=64, position=3) > 1.25 * TRUE_COSTS.step_cost(3, 64)
     steps4 = report.predictions[report.predictions["steps"] == 4].set_index(["workload", "concurrency"])

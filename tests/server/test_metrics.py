@@ -81,6 +81,11 @@ def test_cell_deltas_match_the_requests_sent(metrics_server):
     seconds = {mode: d[f"specstudy:{mode}_forward_seconds_total"] for mode in FORWARD_MODES}
     assert seconds["decode"] > 0 and seconds["extend"] > 0 and seconds["mixed"] == 0
     assert sum(seconds.values()) <= max(r.end_ts for r in records) - min(r.send_ts for r in records)
+    # and their count: with 4 slots for 6 requests, at least 2 prefill-only forwards, and a decode forward for every
+    # verify step of the longest request
+    forwards = {mode: d[f"specstudy:{mode}_forwards_total"] for mode in FORWARD_MODES}
+    assert forwards["extend"] >= 2 and forwards["mixed"] == 0
+    assert forwards["decode"] >= max(r.spec_verify_ct for r in records)
 
 
 def test_scraping_a_server_without_metrics_names_the_url(plain_server):

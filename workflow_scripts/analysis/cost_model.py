@@ -44,7 +44,7 @@ import pandas as pd
 
 from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
 from workflow_scripts.analysis.forward_time import COLUMNS as SHARE_COLUMNS
-from workflow_scripts.analysis.forward_time import attach, prefill_shares
+from workflow_scripts.analysis.forward_time import attach, forward_times
 from workflow_scripts.analysis.improvement import improvements
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import improvement_values
@@ -233,7 +233,7 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
                   rounds: pd.DataFrame | None = None, shares: pd.DataFrame | None = None) -> SourceData:
     """The measured cells of the baseline and the family, with tokens per verify from the valid histograms,
     speedups paired by round when ``rounds`` (metrics.cell_table) is given, and the prefill's share of the forward
-    time where ``shares`` (forward_time.prefill_shares) has it."""
+    time and the measured step cost where ``shares`` (forward_time.forward_times) has them."""
     rows = summary[(summary["source"] == MEASURED) & summary["setting"].isin([cfg.baseline, *family])]
     cells = _cells_frame(rows, cfg, aggregate_ci_low=rows["aggregate_tok_s_ci_low"],
                          aggregate_ci_high=rows["aggregate_tok_s_ci_high"])
@@ -379,8 +379,9 @@ def _note(steps: int, measured: bool, alpha_positions: int) -> str:
     return "; ".join(parts)
 
 
-def parameter_table(source: str, model: Model, max_steps: int, base: pd.DataFrame) -> pd.DataFrame:
-    """The fitted parameters; ``base``: the baseline rows (_baseline_rows), for the prefill shares."""
+def parameter_table(source: str, model: Model, max_steps: int, cells: pd.DataFrame) -> pd.DataFrame:
+    """The fitted parameters, and from ``cells`` (SourceData.cells) the prefill shares and measured step costs."""
+    base = cells[cells["steps"] == 0]
     rows = [{"source": source, "parameter": "alpha", "workload": w, "position": p + 1, "value": a,
              "note": "one α for all positions (from accept_length)" if source != MEASURED else ""}
             for w, alphas in model.alphas.items() for p, a in enumerate(alphas)]
@@ -401,6 +402,11 @@ def parameter_table(source: str, model: Model, max_steps: int, base: pd.DataFram
     rows += [{"source": source, "parameter": "prefill_ratio", "concurrency": c, "value": rho,
               "note": "a speculative setting's prefill seconds per token ÷ the baseline's (median of the fitted ones)"}
              for c, rho in model.costs.prefill_ratio.items()]
+    rows += [{"source": source, "parameter": "measured_step_cost", "workload": r.workload, "concurrency": r.concurrency,
+              "position": r.steps, "value": r.measured_step_cost,
+              "note": f"`{r.setting}`: its seconds per decode forward ÷ the baseline's, from the engine's forward "
+                      "times (the fit's check: compare spec_step_cost)"}
+             for r in cells[cells["measured_step_cost"].notna()].itertuples(index=False)]
     return pd.DataFrame(rows, columns=PARAM_COLUMNS)
 
 
@@ -461,13 +467,13 @@ def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
         if reason:
             lines.append(f"- Cost model, {source}: skipped: {reason}.")
             continue
-        data = (measured_data(summary, hist, cfg, family, rounds, prefill_shares(requests)) if source == MEASURED
+        data = (measured_data(summary, hist, cfg, family, rounds, forward_times(requests)) if source == MEASURED
                 else external_data(summary, source, cfg, family))
         model = fit(data, family)
         validation = leave_one_out(data, family)
         error_pct = stated_error(validation)
         pred = predictions(data, model, cfg.predict_max_steps, error_pct)
-        params.append(parameter_table(source, model, cfg.predict_max_steps, _baseline_rows(data)))
+        params.append(parameter_table(source, model, cfg.predict_max_steps, data.cells))
         preds.append(pred)
         vals.append(validation)
         lines += _source_lines(source, data, family, others, validation, error_pct, pred, noise_floor_pct,
@@ -512,6 +518,7 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
                      f"{100 * share:.0f}% of {len(errors)} speculative cells within {GOAL_ERROR_PCT:.0f}% "
                      f"(goal: {100 * GOAL_SHARE:.0f}%: {'met' if share >= GOAL_SHARE else 'not met'}).")
     lines += _noise_lines(data)
+    lines += _step_cost_lines(data, pred)
     lines += _best_steps_lines(pred, floor, floor_text)
     lines.append("  - " + worth_measuring(pred, floor, floor_text, error_pct))
     return lines
@@ -534,6 +541,21 @@ def _noise_lines(data: SourceData) -> list[str]:
                      f"{worst.workload} C={worst.concurrency}, ×{worst.speedup:.2f} with {worst.tokens_per_verify:.2f} "
                      "tokens per verify), which only a machine load that changed between the settings' runs explains")
     return [f"  - Measurement noise: {'; '.join(parts)}."] if parts else []
+
+
+def _step_cost_lines(data: SourceData, pred: pd.DataFrame) -> list[str]:
+    """The fit's check where the engine timed its forwards: fitted step cost ÷ the measured one, per cell."""
+    measured = data.cells.dropna(subset=["measured_step_cost"])
+    both = measured.merge(pred[["workload", "concurrency", "steps", "step_cost"]],
+                          on=["workload", "concurrency", "steps"])
+    ratio = (both["step_cost"] / both["measured_step_cost"]).dropna()
+    if ratio.empty:
+        return []
+    worst = both.loc[(np.log(ratio)).abs().idxmax()]
+    return [f"  - Step cost, fitted ÷ measured by the engine's forward times (a speculative step's seconds ÷ a plain "
+            f"decode step's): median {ratio.median():.2f}, {ratio.min():.2f}–{ratio.max():.2f} over {len(ratio)} "
+            f"cells (furthest: `{worst.setting}` {worst.workload} C={worst.concurrency}, fitted "
+            f"{worst.step_cost:.2f} against {worst.measured_step_cost:.2f})."]
 
 
 def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:

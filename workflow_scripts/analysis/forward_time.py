@@ -5,8 +5,10 @@ Speculation speeds up decode forwards only. A prefill-only (extend) forward runs
 it runs every running request waits: at C=64 on the default pair it was 30% of the baseline's time in-process. So
 the cost model needs, per cell, the share of the baseline's forward time that no speculative setting can speed up,
 and how much a speculative setting's own prefill costs against the baseline's (its draft prefills the prompts too,
-and its requests finish at scattered steps, so it prefills in more, smaller forwards). A mixed forward (prompt
-chunks in a decode batch, `--enable-mixed-chunk`) counts as decode: its prefill's part is not known.
+and its requests finish at scattered steps, so it prefills in more, smaller forwards). The seconds per decode
+forward also give what one speculative step (its drafting and its verify) costs against a plain decode step: the
+fitted step cost, measured. A mixed forward (prompt chunks in a decode batch, `--enable-mixed-chunk`) counts as
+neither: its prefill's part is not known.
 """
 
 from __future__ import annotations
@@ -19,24 +21,27 @@ import pandas as pd
 from workflow_scripts.engine.types import FORWARD_MODES
 
 GROUP = ["setting", "workload", "concurrency"]
-COLUMNS = [*GROUP, "extend_share", "extend_s_per_token"]
+COLUMNS = [*GROUP, "extend_share", "extend_s_per_token", "decode_s_per_forward"]
 TOKENS = "sglang:generation_tokens_total"
 
 
 def _seconds(metrics: str | None) -> dict[str, float] | None:
-    """{mode: seconds} and the cell's generated tokens from one cell's metrics JSON; None without forward times."""
+    """{mode: seconds}, the decode forwards and the cell's generated tokens from one cell's metrics JSON; None
+    without forward times."""
     if not isinstance(metrics, str):
         return None
     values = json.loads(metrics)
     names = {mode: f"specstudy:{mode}_forward_seconds_total" for mode in FORWARD_MODES}
+    names["decode_forwards"] = "specstudy:decode_forwards_total"
     if not all(name in values for name in names.values()) or not values.get(TOKENS):
         return None
-    return {mode: float(values[name]) for mode, name in names.items()} | {"tokens": float(values[TOKENS])}
+    return {key: float(values[name]) for key, name in names.items()} | {"tokens": float(values[TOKENS])}
 
 
-def prefill_shares(requests: pd.DataFrame) -> pd.DataFrame:
+def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
     """Per setting × workload × concurrency, the median over rounds of the extend forwards' share of the forward
-    time and of their seconds per generated token (COLUMNS); empty when no cell carries forward times."""
+    time, of their seconds per generated token, and of the seconds per decode forward (COLUMNS); empty when no
+    cell carries forward times."""
     if "cell_server_metrics" not in requests.columns:
         return pd.DataFrame(columns=COLUMNS)
     cells = requests.groupby([*GROUP, "repeat"], sort=True)["cell_server_metrics"].first()
@@ -45,22 +50,28 @@ def prefill_shares(requests: pd.DataFrame) -> pd.DataFrame:
         seconds = _seconds(metrics)
         total = sum(seconds[mode] for mode in FORWARD_MODES) if seconds else 0.0
         if total > 0:
+            per_forward = seconds["decode"] / seconds["decode_forwards"] if seconds["decode_forwards"] else np.nan
             rows.append({**dict(zip(GROUP, key[:3])), "extend_share": seconds["extend"] / total,
-                         "extend_s_per_token": seconds["extend"] / seconds["tokens"]})
+                         "extend_s_per_token": seconds["extend"] / seconds["tokens"],
+                         "decode_s_per_forward": per_forward})
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
-    return pd.DataFrame(rows).groupby(GROUP, as_index=False)[["extend_share", "extend_s_per_token"]].median()
+    return pd.DataFrame(rows).groupby(GROUP, as_index=False)[COLUMNS[len(GROUP):]].median()
 
 
-def attach(cells: pd.DataFrame, shares: pd.DataFrame, baseline: str) -> pd.DataFrame:
-    """`prefill_share` (the baseline's extend share at the cell's workload × concurrency; 0 where unknown, which is
-    the model without it) and `prefill_ratio` (the setting's extend seconds per token ÷ the baseline's; NaN where
-    unknown or for the baseline itself) on the cost model's cells."""
-    base = shares[shares["setting"] == baseline].drop(columns="setting")
-    out = cells.merge(base.rename(columns={"extend_share": "prefill_share", "extend_s_per_token": "base_s_per_token"}),
+def attach(cells: pd.DataFrame, times: pd.DataFrame, baseline: str) -> pd.DataFrame:
+    """On the cost model's cells: `prefill_share` (the baseline's extend share at the cell's workload ×
+    concurrency; 0 where unknown, which is the model without it), `prefill_ratio` (the setting's extend seconds per
+    token ÷ the baseline's) and `measured_step_cost` (its seconds per decode forward ÷ the baseline's: one
+    speculative step in plain decode steps); the last two NaN where unknown and for the baseline itself."""
+    base = times[times["setting"] == baseline].drop(columns="setting")
+    out = cells.merge(base.rename(columns={"extend_share": "prefill_share", "extend_s_per_token": "base_s_per_token",
+                                           "decode_s_per_forward": "base_s_per_forward"}),
                       on=["workload", "concurrency"], how="left")
-    out = out.merge(shares[[*GROUP, "extend_s_per_token"]], on=GROUP, how="left")
-    ratio = out["extend_s_per_token"].astype("float64") / out["base_s_per_token"].astype("float64")
-    out["prefill_ratio"] = ratio.where((out["setting"] != baseline) & np.isfinite(ratio))
+    out = out.merge(times[[*GROUP, "extend_s_per_token", "decode_s_per_forward"]], on=GROUP, how="left")
+    for name, own, base_col in (("prefill_ratio", "extend_s_per_token", "base_s_per_token"),
+                                ("measured_step_cost", "decode_s_per_forward", "base_s_per_forward")):
+        ratio = out[own].astype("float64") / out[base_col].astype("float64")
+        out[name] = ratio.where((out["setting"] != baseline) & np.isfinite(ratio))
     out["prefill_share"] = out["prefill_share"].astype("float64").fillna(0.0)
-    return out.drop(columns=["base_s_per_token", "extend_s_per_token"])
+    return out.drop(columns=["base_s_per_token", "extend_s_per_token", "base_s_per_forward", "decode_s_per_forward"])

@@ -182,7 +182,7 @@ class Engine:
         self._stopping = False
         self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
                         "forwards": 0, "mixed_forwards": 0, "stall_forwards": 0, "prefill_tokens": 0,
-                        **{f"{mode}_seconds": 0.0 for mode in FORWARD_MODES}}
+                        **{f"{mode}_{what}": 0 for mode in FORWARD_MODES for what in ("seconds", "forwards")}}
 
     # ---- public, thread-safe -------------------------------------------------------------
     def start(self) -> None:
@@ -265,9 +265,10 @@ class Engine:
             "total_forwards": t["forwards"],
             "total_mixed_forwards": t["mixed_forwards"],
             "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
-            # wall time of each kind of forward, drafting and verifying included (SGLang's ForwardMode names): what
-            # share of a cell a speculative setting can speed up at all (the prefill's is not)
-            **{f"total_{mode}_seconds": t[f"{mode}_seconds"] for mode in FORWARD_MODES},
+            # wall time and count of each kind of forward, drafting and verifying included (SGLang's ForwardMode
+            # names): what share of a cell a speculative setting can speed up at all (the prefill's is not), and
+            # what one speculative step costs against a plain decode step
+            **{f"total_{mode}_{what}": t[f"{mode}_{what}"] for mode in FORWARD_MODES for what in ("seconds", "forwards")},
             "num_finished": t["finished"],
         }
 
@@ -489,6 +490,7 @@ class Engine:
         mode = "mixed" if seqs and rows else "decode" if seqs else "extend"
         with self._lock:
             self._totals[f"{mode}_seconds"] += time.perf_counter() - t0
+            self._totals[f"{mode}_forwards"] += 1
         self._compact()
         self._deliver()
 

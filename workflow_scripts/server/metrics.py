@@ -4,8 +4,8 @@ Request counters and latency histograms are kept here, in the front, as SGLang's
 them. The scheduler's numbers are read from the engine process when /metrics is scraped: its gauges
 (`num_running_reqs`, `num_queue_reqs`, and `gen_throughput`, `spec_accept_length`, `spec_accept_rate` over the
 interval since the previous scrape, as SGLang's scheduler reports them over its last logging interval) and the
-`spec_verify_calls_total` counter; and, under `specstudy:` names (SGLang has none), the wall time of the target's
-decode, extend (prefill-only) and mixed forwards, from which the cost model takes the share of a cell that
+`spec_verify_calls_total` counter; and, under `specstudy:` names (SGLang has none), the wall time and the number of
+the target's decode, extend (prefill-only) and mixed forwards, from which the cost model takes the share of a cell that
 speculation cannot speed up.
 """
 
@@ -75,11 +75,11 @@ class _SchedulerCollector(Collector):
         verify.add_metric(list(self._labels.values()), self._stats["total_verify_ct"])
         yield verify
         for mode in FORWARD_MODES:  # no SGLang name: the embedded engine's own (SGLang has no per-mode forward time)
-            family = CounterMetricFamily(f"specstudy:{mode}_forward_seconds",
-                                         f"Wall time of the target's {mode} forwards (drafting and verifying included).",
-                                         labels=list(self._labels))  # fmt: skip
-            family.add_metric(list(self._labels.values()), self._stats[f"total_{mode}_seconds"])
-            yield family
+            for what, name, doc in (("seconds", "forward_seconds", "Wall time of the target's {} forwards (drafting "
+                                     "and verifying included)."), ("forwards", "forwards", "Number of {} forwards.")):
+                family = CounterMetricFamily(f"specstudy:{mode}_{name}", doc.format(mode), labels=list(self._labels))
+                family.add_metric(list(self._labels.values()), self._stats[f"total_{mode}_{what}"])
+                yield family
 
 
 def _spec_tokens(stats: dict) -> float:
