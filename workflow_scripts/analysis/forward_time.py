@@ -1,5 +1,6 @@
 """The target's forward time by mode in each cell, from the server metrics the client recorded beside it
-(`cell_server_metrics`: the embedded engine's `specstudy:{decode,extend,mixed}_forward_seconds_total` deltas).
+(`cell_server_metrics`: the deltas of the embedded engine's `specstudy:{decode,extend,mixed}_forward_seconds_total`
+and `specstudy:decode_forwards_total`).
 
 Speculation speeds up decode forwards only. A prefill-only (extend) forward runs the newcomers' prompts, and while
 it runs every running request waits: at C=64 on the default pair it was 30% of the baseline's time in-process. So
@@ -7,8 +8,8 @@ the cost model needs, per cell, the share of the baseline's forward time that no
 and how much a speculative setting's own prefill costs against the baseline's (its draft prefills the prompts too,
 and its requests finish at scattered steps, so it prefills in more, smaller forwards). The seconds per decode
 forward also give what one speculative step (its drafting and its verify) costs against a plain decode step: the
-fitted step cost, measured. A mixed forward (prompt chunks in a decode batch, `--enable-mixed-chunk`) counts as
-neither: its prefill's part is not known.
+fitted step cost, measured. A mixed forward (prompt chunks in a decode batch, `--enable-mixed-chunk`) counts in
+the total only: its prefill's part is not known, so with mixing the prefill share is a lower bound.
 """
 
 from __future__ import annotations
