@@ -64,12 +64,17 @@ def test_chunked_prefill_is_lossless(algorithm, mixed, smoke_pair, workload, bas
     target, draft = smoke_pair
     engine = engine_factory(target, spec_for(algorithm, draft), SLOTS, 0, chunked_prefill_size=CHUNK,
                             enable_mixed_chunk=mixed)
+    forwards = []  # the target's forwards, counted here, apart from the engine's own bookkeeping
+    target_forward = engine.target.forward_segments
+    engine.target.forward_segments = lambda *a, **kw: forwards.append(1) or target_forward(*a, **kw)
     assert run(engine, workload) == baseline
     stats = engine.stats()
     # every prompt token prefilled exactly once, in chunks of at most CHUNK (no padding, no re-prefill)
     assert stats["total_prefill_tokens"] == sum(len(p) for p, _ in workload)
     assert (stats["total_mixed_forwards"] > 0) == mixed
     assert (stats["total_stall_forwards"] == 0) == mixed  # mixing: no prefill forward makes running ones wait
+    # each forward counted once, under one mode
+    assert sum(stats[f"total_{mode}_forwards"] for mode in ("decode", "extend", "mixed")) == len(forwards)
     # the forward time by mode: decode and prefill-only forwards in both (mixing starts from an idle engine), mixed
     # ones only when mixing
     assert stats["total_decode_seconds"] > 0 and stats["total_extend_seconds"] > 0

@@ -49,6 +49,8 @@ logger = logging.getLogger(__name__)
 ALGORITHMS = ("STANDALONE", "NGRAM")
 DEFAULT_CONTEXT_LENGTH = 2048
 THREADS_ENV = "SPECSTUDY_ENGINE_THREADS"
+# the per-mode totals the engine keeps: the wall time and the number of its forwards of each mode
+FORWARD_TOTALS = tuple(f"{mode}_{what}" for mode in FORWARD_MODES for what in ("seconds", "forwards"))
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default: bounds a prefill batch when chunking is off
 
 
@@ -181,8 +183,7 @@ class Engine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
-                        "forwards": 0, "mixed_forwards": 0, "stall_forwards": 0, "prefill_tokens": 0,
-                        **{f"{mode}_{what}": 0 for mode in FORWARD_MODES for what in ("seconds", "forwards")}}
+                        "stall_forwards": 0, "prefill_tokens": 0, **dict.fromkeys(FORWARD_TOTALS, 0)}
 
     # ---- public, thread-safe -------------------------------------------------------------
     def start(self) -> None:
@@ -262,13 +263,12 @@ class Engine:
             "total_proposed_drafts": t["proposed"],
             "total_generated_tokens": t["generated"],
             "total_prefill_tokens": t["prefill_tokens"],
-            "total_forwards": t["forwards"],
-            "total_mixed_forwards": t["mixed_forwards"],
+            "total_forwards": sum(t[f"{mode}_forwards"] for mode in FORWARD_MODES),
             "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
-            # wall time and count of each kind of forward, drafting and verifying included (SGLang's ForwardMode
-            # names): what share of a cell a speculative setting can speed up at all (the prefill's is not), and
-            # what one speculative step costs against a plain decode step
-            **{f"total_{mode}_{what}": t[f"{mode}_{what}"] for mode in FORWARD_MODES for what in ("seconds", "forwards")},
+            # wall time and count of each kind of forward (total_mixed_forwards among them), drafting and verifying
+            # included (SGLang's ForwardMode names): what share of a cell a speculative setting can speed up at all
+            # (the prefill's is not), and what one speculative step costs against a plain decode step
+            **{f"total_{name}": t[name] for name in FORWARD_TOTALS},
             "num_finished": t["finished"],
         }
 
@@ -474,8 +474,6 @@ class Engine:
         chunks = prefill_segments(rows)
         hidden = self.target.forward_segments(segments + chunks, self.cache)
         with self._lock:
-            self._totals["forwards"] += 1
-            self._totals["mixed_forwards"] += bool(seqs and rows)
             self._totals["stall_forwards"] += bool(rows and not seqs and self._running)
             self._totals["prefill_tokens"] += sum(r.length for r in rows)
         if seqs:
