@@ -43,7 +43,6 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
-from workflow_scripts.analysis.forward_time import COLUMNS as SHARE_COLUMNS
 from workflow_scripts.analysis.forward_time import attach, forward_times
 from workflow_scripts.analysis.improvement import improvements
 from workflow_scripts.analysis.study_config import StudyConfig
@@ -247,12 +246,8 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
     for (setting, workload), g in valid.groupby(["setting", "workload"]):
         acc, rea, _ = position_counts(np.stack(g["histogram"].to_numpy()))
         counts.setdefault(setting, {})[workload] = (acc.sum(axis=0), rea.sum(axis=0))
-    cells = attach(_with_speedup(cells, cfg.baseline, rounds), _or_empty(shares), cfg.baseline)
+    cells = attach(_with_speedup(cells, cfg.baseline, rounds), shares, cfg.baseline)
     return SourceData(MEASURED, cells, {}, counts, geometric=False)
-
-
-def _or_empty(shares: pd.DataFrame | None) -> pd.DataFrame:
-    return pd.DataFrame(columns=SHARE_COLUMNS) if shares is None else shares
 
 
 def geometric_alpha(accept_length: float, steps: int) -> float:
@@ -280,7 +275,7 @@ def external_data(summary: pd.DataFrame, source: str, cfg: StudyConfig, family: 
         if values:
             alphas.setdefault(setting, {})[workload] = [float(np.mean(values))]
     # an external table has no forward times: the model without the prefill's share
-    return SourceData(source, attach(_with_speedup(cells, cfg.baseline), _or_empty(None), cfg.baseline), alphas, {},
+    return SourceData(source, attach(_with_speedup(cells, cfg.baseline), None, cfg.baseline), alphas, {},
                       geometric=True)
 
 

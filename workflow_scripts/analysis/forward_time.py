@@ -60,11 +60,13 @@ def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).groupby(GROUP, as_index=False)[COLUMNS[len(GROUP):]].median()
 
 
-def attach(cells: pd.DataFrame, times: pd.DataFrame, baseline: str) -> pd.DataFrame:
+def attach(cells: pd.DataFrame, times: pd.DataFrame | None, baseline: str) -> pd.DataFrame:
     """On the cost model's cells: `prefill_share` (the baseline's extend share at the cell's workload ×
     concurrency; 0 where unknown, which is the model without it), `prefill_ratio` (the setting's extend seconds per
     token ÷ the baseline's) and `measured_step_cost` (its seconds per decode forward ÷ the baseline's: one
-    speculative step in plain decode steps); the last two NaN where unknown and for the baseline itself."""
+    speculative step in plain decode steps); the last two NaN where unknown and for the baseline itself. ``times``
+    is forward_times' table; None (an external source) or empty gives the model without forward times."""
+    times = pd.DataFrame(columns=COLUMNS) if times is None else times
     base = times[times["setting"] == baseline].drop(columns="setting")
     out = cells.merge(base.rename(columns={"extend_share": "prefill_share", "extend_s_per_token": "base_s_per_token",
                                            "decode_s_per_forward": "base_s_per_forward"}),
