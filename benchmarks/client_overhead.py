@@ -1,19 +1,24 @@
-"""How much CPU the benchmark client itself spends, against a real embedded server: the client must never be
-the bottleneck.
+"""What the server and the benchmark client cost the study: the same cells through HTTP and in-process, side by side.
 
-For each concurrency it runs one cell and reports the server's aggregate tok/s, the client's CPU time per
-streamed chunk and per token, and the headroom: the chunk rate one core of client could sustain ÷ the chunk
-rate the server produced. A headroom well above 1 means the client is not what limits the measurement.
-Then the same cell (same prompts, concurrency and request count) runs on the engine driven in this process,
-with no HTTP and no client: "HTTP ÷ in-process" is what the server's HTTP layer and the client cost the study.
-Each concurrency runs `--rounds` such pairs back to back, alternating which goes first; the median ratio is the
-figure (the machine's load drifts between cells).
+For each concurrency and round it runs one cell of each setting twice: through a real embedded server with the
+study's client, and on the engine driven in this process (no HTTP, no client). Both sides count the study's own
+figure, the aggregate tok/s over the cell's steady window (analysis/metrics.py), on the same prompts, concurrency
+and request count. "HTTP ÷ in-process" is what the server's processes and the client cost a setting. With a draft
+(`--draft`, `--speculative-num-steps K`), a STANDALONE steps-K setting runs beside the baseline and the summary
+also gives steps-K ÷ baseline on each side, paired by round as the study pairs it (analysis/paired.py): if the
+server taxed speculation more than plain decoding, the two ratios would differ. The 2 × settings cells of a round
+run in a seeded random order (client/rounds.py), so a drift in the machine's load hits every side alike.
+
+The client's CPU time per streamed chunk and its headroom (the chunk rate one core of client could sustain ÷ the
+chunk rate the server produced) say whether the client itself is what limits a measurement.
 
     python -m benchmarks.client_overhead --model results/smoke/models/target [--concurrency 1 4 16 64]
-        [--streaming incremental|cumulative]
+        [--streaming incremental|cumulative] [--per-concurrency 4]
+        [--draft results/smoke/models/draft --speculative-num-steps 2]
 
-The server is started as the study starts it (`launcher.command.build_command`), streaming incremental deltas
-by default (`server.incremental_streaming`).
+`--per-concurrency 1` measures the study's own cell (C warm-up requests, then max(8, C) measured ones). The servers
+are started as the study starts them (`launcher.command.build_command`), streaming incremental deltas by default
+(`server.incremental_streaming`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from contextlib import ExitStack
 from pathlib import Path
 
 # Both sides run one torch thread (the server via --num-threads 1). torch.set_num_threads() does not reach the
@@ -28,76 +34,172 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
-from benchmarks.engine_bench import aggregate_tok_s  # noqa: E402
+import numpy as np  # noqa: E402
+
+from benchmarks.engine_bench import Timed  # noqa: E402
 from benchmarks.engine_bench import run_cell as run_in_process  # noqa: E402
-from workflow_scripts.client.cell import CellPlan, run_cell  # noqa: E402
+from workflow_scripts.analysis.metrics import steady_window_tok_s  # noqa: E402
+from workflow_scripts.analysis.paired import paired_ratio  # noqa: E402
+from workflow_scripts.client.cell import CellPlan, CellResult, run_cell  # noqa: E402
 from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts  # noqa: E402
+from workflow_scripts.client.rounds import seeded_order  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
-from workflow_scripts.engine.types import SamplingParams  # noqa: E402
+from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
 from workflow_scripts.launcher.command import ServerSpec, build_command  # noqa: E402
 from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: E402
+
+MIN_MEASURED = 8  # the study's benchmark.requests_per_cell.min
+
+
+def http_tok_s(result: CellResult, concurrency: int) -> float:
+    """The steady-window aggregate of a cell the study's client measured."""
+    ok = [r for r in result.records if r.error is None]
+    return steady_window_tok_s(
+        np.array([r.send_ts for r in result.records if r.request_id not in result.warmup_ids]),
+        np.array([r.end_ts for r in result.records if r.end_ts is not None]),
+        concurrency,
+        np.concatenate([np.asarray(r.chunk_ts, dtype="float64") for r in ok]),
+        np.concatenate([np.asarray(r.chunk_tokens, dtype="float64") for r in ok]),
+    )
+
+
+def in_process_tok_s(cell: list[Timed], warmup: int, concurrency: int) -> float:
+    """The same figure for a cell driven in-process: a request's tokens of one engine step form one chunk, and
+    the first `warmup` submitted are the warm-up, as in the client's closed loop."""
+    chunk_ts, chunk_tokens = [], []
+    for rec in cell:
+        times, counts = np.unique(np.asarray(rec.times, dtype="float64"), return_counts=True)
+        chunk_ts.append(times)
+        chunk_tokens.append(counts.astype("float64"))
+    return steady_window_tok_s(
+        np.array([rec.submit for rec in cell[warmup:]]),
+        np.array([rec.times[-1] for rec in cell if rec.times]),
+        concurrency,
+        np.concatenate(chunk_ts),
+        np.concatenate(chunk_tokens),
+    )
+
+
+def settings(steps: int | None) -> dict[str, dict]:
+    """The compared settings as the study writes them (SGLang flag names, dashes as underscores)."""
+    out: dict[str, dict] = {"baseline": {}}
+    if steps:
+        out[f"steps{steps}"] = {"speculative_algorithm": "STANDALONE", "speculative_num_steps": steps,
+                                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": steps + 1}
+    return out
+
+
+def spec_config(setting: dict, draft: Path | None) -> SpecConfig | None:
+    if not setting:
+        return None
+    return SpecConfig("STANDALONE", setting["speculative_num_steps"], 1, setting["speculative_num_draft_tokens"], draft)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="target model dir (e.g. results/smoke/models/target)")
+    parser.add_argument("--draft", type=Path, help="draft model dir: adds a STANDALONE setting beside the baseline")
+    parser.add_argument("--speculative-num-steps", type=int, default=2, help="the draft setting's steps (with --draft)")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 16, 64])
     parser.add_argument("--streaming", choices=("incremental", "cumulative"), default="incremental",
                         help="the server's streaming mode (--incremental-streaming-output or SGLang's default)")
     parser.add_argument("--output-len", type=int, default=64)
-    parser.add_argument("--rounds", type=int, default=3, help="HTTP/in-process pairs per concurrency (median ratio)")
+    parser.add_argument("--per-concurrency", type=int, default=4,
+                        help="measured requests per unit of concurrency (at least 8); 1 is the study's default cell")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds per concurrency (medians, paired CIs)")
     parser.add_argument("--log", type=Path, default=Path("/tmp/client_overhead_server.log"))
     args = parser.parse_args()
+    if args.speculative_num_steps < 1:
+        parser.error("--speculative-num-steps must be at least 1")
 
+    compared = settings(args.speculative_num_steps if args.draft else None)
     prompts = synthetic_prompts(load_tokenizer(args.model), 64, 32, seed=0)
     params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": args.output_len, "ignore_eos": True}
-    incremental = args.streaming == "incremental"
-    spec = ServerSpec("embedded", str(args.model), None, "127.0.0.1", max(args.concurrency), 0, num_threads=1,
-                      incremental_streaming=incremental)
-    port = free_port()
-    engine = Engine(args.model, None, max(args.concurrency), 0, num_threads=1)
     engine_params = SamplingParams(temperature=0.0, max_new_tokens=args.output_len, ignore_eos=True)
-    print("| C | round | server agg tok/s | chunks | client CPU ms/chunk | client CPU ms/token | client CPU share "
+    incremental = args.streaming == "incremental"
+    slots = max(args.concurrency)
+    spec = ServerSpec("embedded", str(args.model), str(args.draft) if args.draft else None, "127.0.0.1", slots, 0,
+                      num_threads=1, incremental_streaming=incremental)
+    print("| C | round | setting | HTTP tok/s | chunks | client CPU ms/chunk | client CPU ms/token | client CPU share "
           "| headroom | in-process tok/s | HTTP ÷ in-process |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    medians = {}
-    with ServerProcess(build_command(spec, {}, port), args.log, f"http://127.0.0.1:{port}", 300) as _:
-        engine.start()
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    # measured[(c, setting, side)] = the steady-window tok/s of each round, in round order
+    measured: dict[tuple[int, str, str], list[float]] = {}
+    with ExitStack() as stack:
+        urls, engines = {}, {}
+        for name, setting in compared.items():
+            port = free_port()
+            log = args.log.with_name(f"{args.log.stem}_{name}{args.log.suffix}")
+            stack.enter_context(ServerProcess(build_command(spec, setting, port), log, f"http://127.0.0.1:{port}", 300))
+            urls[name] = f"http://127.0.0.1:{port}"
+            engines[name] = Engine(args.model, spec_config(setting, args.draft), slots, 0, num_threads=1)
+            engines[name].start()
+            stack.callback(engines[name].stop)
         for c in args.concurrency:
-            plan = CellPlan(concurrency=c, warmup=c, measured=4 * c, incremental=incremental)
+            plan = CellPlan(concurrency=c, warmup=c, measured=max(MIN_MEASURED, args.per_concurrency * c),
+                            incremental=incremental)
             ids = [prompts[i % len(prompts)].input_ids for i in range(plan.total)]
-            ratios = []
             for rnd in range(args.rounds):
-                # alternate which side goes first, so that a drift in the machine's load hits both alike
-                if rnd % 2:
-                    in_process = aggregate_tok_s(run_in_process(engine, ids, engine_params, c))
-                    result = run_cell(f"http://127.0.0.1:{port}", plan, prompts, params, f"c{c}r{rnd}")
-                else:
-                    result = run_cell(f"http://127.0.0.1:{port}", plan, prompts, params, f"c{c}r{rnd}")
-                    in_process = aggregate_tok_s(run_in_process(engine, ids, engine_params, c))
-                ratios.append(_report(c, rnd, result, in_process))
-            medians[c] = statistics.median(ratios)
-        engine.stop()
-    print("\nmedian HTTP ÷ in-process: " + ", ".join(f"C={c}: {r:.2f}" for c, r in medians.items()))
+                results: dict[tuple[str, str], object] = {}
+                for key in seeded_order([f"{name}|{side}" for name in compared for side in ("http", "in-process")],
+                                        "client_overhead", c, rnd):
+                    name, side = key.split("|")
+                    if side == "http":
+                        result = run_cell(urls[name], plan, prompts, params, f"c{c}r{rnd}{name}")
+                        _check(c, name, result)
+                        results[name, side] = result
+                        measured.setdefault((c, name, side), []).append(http_tok_s(result, c))
+                    else:
+                        cell = run_in_process(engines[name], ids, engine_params, c)
+                        measured.setdefault((c, name, side), []).append(in_process_tok_s(cell, plan.warmup, c))
+                for name in compared:
+                    _report(c, rnd, name, results[name, "http"], measured[c, name, "http"][-1],
+                            measured[c, name, "in-process"][-1])
+    _summary(args.concurrency, list(compared), measured)
 
 
-def _report(c: int, rnd: int, result, in_process: float) -> float:
-    """Print one round's row; returns its HTTP ÷ in-process ratio."""
-    chunks = sum(len(r.chunk_ts) for r in result.records)
-    tokens = sum(r.output_tokens or 0 for r in result.records)
+def _check(c: int, name: str, result: CellResult) -> None:
     errors = [r.error for r in result.records if r.error]
     if errors:
-        raise SystemExit(f"c={c}: {len(errors)} requests failed, e.g. {errors[0]}")
+        raise SystemExit(f"c={c} {name}: {len(errors)} requests failed, e.g. {errors[0]}")
+
+
+def _report(c: int, rnd: int, name: str, result: CellResult, http: float, in_process: float) -> None:
+    """Print one round's row for one setting."""
+    chunks = sum(len(r.chunk_ts) for r in result.records)
+    tokens = sum(r.output_tokens or 0 for r in result.records)
     cpu_per_chunk = result.client_cpu_s / chunks
     headroom = (1 / cpu_per_chunk) / (chunks / result.wall_s)
-    ratio = tokens / result.wall_s / in_process
     print(
-        f"| {c} | {rnd} | {tokens / result.wall_s:.0f} | {chunks} | {1e3 * cpu_per_chunk:.3f} | "
+        f"| {c} | {rnd} | {name} | {http:.0f} | {chunks} | {1e3 * cpu_per_chunk:.3f} | "
         f"{1e3 * result.client_cpu_s / tokens:.3f} | {result.client_cpu_s / result.wall_s:.0%} | {headroom:.1f}× "
-        f"| {in_process:.0f} | {ratio:.2f} |",
+        f"| {in_process:.0f} | {http / in_process:.2f} |",
         flush=True,
     )
-    return ratio
+
+
+def _summary(concurrency: list[int], names: list[str], measured: dict[tuple[int, str, str], list[float]]) -> None:
+    print()
+    for name in names:
+        print(f"median HTTP ÷ in-process, {name}: " + ", ".join(
+            f"C={c}: {statistics.median(np.divide(measured[c, name, 'http'], measured[c, name, 'in-process'])):.2f}"
+            for c in concurrency))
+    if len(names) < 2:
+        return
+    control, candidate = names
+    print(f"\n{candidate} ÷ {control}, geometric mean of the within-round ratios [95% CI] (analysis/paired.py); the last "
+          "column pairs each round's HTTP ratio with its in-process ratio:")
+    print("| C | through HTTP | in-process | HTTP ratio ÷ in-process ratio |")
+    print("|---|---|---|---|")
+    for c in concurrency:
+        ratio = {side: np.divide(measured[c, candidate, side], measured[c, control, side])
+                 for side in ("http", "in-process")}
+        cells = [paired_ratio(np.array(measured[c, control, side]), np.array(measured[c, candidate, side]))
+                 for side in ("http", "in-process")] + [paired_ratio(ratio["in-process"], ratio["http"])]
+        print(f"| {c} | " + " | ".join(
+            f"{1 + p.diff_pct / 100:.2f}× [{1 + p.ci_low_pct / 100:.2f}, {1 + p.ci_high_pct / 100:.2f}]"
+            for p in cells) + " |")
+
 
 if __name__ == "__main__":
     main()

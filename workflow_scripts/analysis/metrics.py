@@ -86,22 +86,36 @@ def inter_chunk_gaps(chunk_ts: pd.Series) -> np.ndarray:
     return np.concatenate(gaps) if gaps else np.array([], dtype="float64")
 
 
+def steady_window_tok_s(measured_sends: np.ndarray, ends: np.ndarray, concurrency: int, chunk_ts: np.ndarray,
+                        chunk_tokens: np.ndarray) -> float:
+    """The steady-window aggregate (defined above) from plain arrays: the sends of the measured requests, the ends
+    of all of the cell's requests, and the ok requests' chunks pooled. NaN for a window with no length; the one
+    definition for the study's records and for a benchmark that drives the engine in its own process."""
+    if not len(measured_sends) or not len(ends):
+        return float("nan")
+    opens = float(np.min(measured_sends))
+    ends = np.sort(np.asarray(ends, dtype="float64"))
+    closes = float(ends[max(len(ends) - int(concurrency), 0)])
+    if not closes > opens:
+        return float("nan")
+    inside = (chunk_ts > opens) & (chunk_ts <= closes)
+    return float(chunk_tokens[inside].sum() / (closes - opens))
+
+
 def aggregate_tok_s(cell: pd.DataFrame) -> float:
     """Aggregate tok/s of one cell (its warm-up rows included) over its steady window, as defined above; NaN for
     an empty cell or a window with no length."""
     measured = cell[~cell["warmup"].astype(bool)]
     if not measured["ok"].any():
         return float("nan")
-    opens = float(measured["send_ts"].min())
-    ends = np.sort(cell["end_ts"].dropna().to_numpy(dtype="float64"))
-    closes = float(ends[max(len(ends) - int(cell["concurrency"].iloc[0]), 0)])
-    if not closes > opens:
-        return float("nan")
     ok = cell[cell["ok"]]
-    times = np.concatenate([np.asarray(ts, dtype="float64") for ts in ok["chunk_ts"]])
-    tokens = np.concatenate([np.asarray(n, dtype="float64") for n in ok["chunk_tokens"]])
-    inside = (times > opens) & (times <= closes)
-    return float(tokens[inside].sum() / (closes - opens))
+    return steady_window_tok_s(
+        measured["send_ts"].to_numpy(dtype="float64"),
+        cell["end_ts"].dropna().to_numpy(dtype="float64"),
+        int(cell["concurrency"].iloc[0]),
+        np.concatenate([np.asarray(ts, dtype="float64") for ts in ok["chunk_ts"]]),
+        np.concatenate([np.asarray(n, dtype="float64") for n in ok["chunk_tokens"]]),
+    )
 
 
 def token_weighted_acceptance(ok: pd.DataFrame) -> float:
