@@ -1,6 +1,9 @@
-"""The target's forward time by mode in each cell, from the server metrics the client recorded beside it
-(`cell_server_metrics`: the deltas of the embedded engine's `specstudy:{decode,extend,mixed}_forward_seconds_total`
-and `specstudy:decode_forwards_total`).
+"""The target's forward time by mode in each cell, from the server metrics the client recorded beside it: the
+deltas of the embedded engine's `specstudy:{decode,extend,mixed}_forward_seconds_total` and
+`specstudy:decode_forwards_total` over the cell's steady window (`window_server_metrics`, the stretch the aggregate
+tok/s counts), or over the whole cell (`cell_server_metrics`) in records from before the window was scraped. The
+whole cell holds the warm-up wave's prefill and the drain, whose forwards carry few rows; they differ between
+settings and are not in the throughput the cost model explains.
 
 Speculation speeds up decode forwards only. A prefill-only (extend) forward runs the newcomers' prompts, and while
 it runs every running request waits: at C=64 on the default pair it was 30% of the baseline's time in-process. So
@@ -45,10 +48,11 @@ def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
     cell carries forward times."""
     if "cell_server_metrics" not in requests.columns:
         return pd.DataFrame(columns=COLUMNS)
-    cells = requests.groupby([*GROUP, "repeat"], sort=True)["cell_server_metrics"].first()
+    sources = [name for name in ("window_server_metrics", "cell_server_metrics") if name in requests.columns]
+    cells = requests.groupby([*GROUP, "repeat"], sort=True)[sources].first()
     rows = []
-    for key, metrics in cells.items():
-        seconds = _seconds(metrics)
+    for key, metrics in cells.iterrows():
+        seconds = next((found for name in sources if (found := _seconds(metrics[name])) is not None), None)
         total = sum(seconds[mode] for mode in FORWARD_MODES) if seconds else 0.0
         if total > 0:
             per_forward = seconds["decode"] / seconds["decode_forwards"] if seconds["decode_forwards"] else np.nan

@@ -3,6 +3,12 @@
 `c` workers share one request counter: a worker sends its next request the moment its previous one ends, so
 the server always sees `c` open streams until the queue drains. The first `warmup` requests (by index) are
 marked as warm-up; the analysis leaves them out.
+
+With `metrics`, the server's /metrics is scraped before and after the cell, and also at the edges of its steady
+window (analysis/metrics.py): when the first measured request is sent, and when the first worker finds no
+request left, which is the cell's (N - C + 1)-th end. The window's deltas are what the server did while it held
+exactly C requests, the same stretch the aggregate tok/s counts, so the cost model's prefill share and step
+cost explain that figure rather than a cell whose ramp and drain differ between settings.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ class CellResult:
     wall_s: float
     client_cpu_s: float  # the client's own CPU time over the cell: its overhead
     server_metrics: dict[str, float] | None = None  # the server's own per-cell deltas (client/server_metrics.py)
+    window_metrics: dict[str, float] | None = None  # the same over the cell's steady window (module docstring)
 
 
 def seed_base(workload: dict) -> int | None:
@@ -72,9 +79,15 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
                          watchdog: Watchdog | None = None) -> CellResult:
     counter = itertools.count()
     records: list[RequestRecord] = []
+    edges: dict[str, asyncio.Task] = {}  # the steady window's scrapes, "open" and "close"
+    timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    times: list[float] = []
 
-    async def worker(session: aiohttp.ClientSession) -> None:
+    async def worker(session: aiohttp.ClientSession, probes: aiohttp.ClientSession) -> None:
         while (i := next(counter)) < plan.total:
+            if i == plan.warmup and plan.metrics:
+                edges["open"] = asyncio.ensure_future(scrape(probes, base_url, plan.api_key))
             prompt = prompts[i % len(prompts)]
             own = params if plan.seed_base is None else {**params, "sampling_seed": plan.seed_base + i}
             records.append(
@@ -82,21 +95,25 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
                     session, base_url, plan.api, prompt, own, f"{tag}-{i}", plan.model, plan.incremental, plan.api_key
                 )
             )
+        if plan.metrics and "close" not in edges:
+            edges["close"] = asyncio.ensure_future(scrape(probes, base_url, plan.api_key))
 
-    timeout = aiohttp.ClientTimeout(total=plan.request_timeout_s)
-    connector = aiohttp.TCPConnector(limit=plan.concurrency)
-    cpu0, wall0 = time.process_time(), time.perf_counter()
-    times: list[float] = []
-
-    async def body(session: aiohttp.ClientSession) -> dict[str, float] | None:
-        """The metrics scrape before, the requests, the scrape after: all of it under the watchdog."""
-        before = await scrape(session, base_url, plan.api_key) if plan.metrics else None
-        await asyncio.gather(*(worker(session) for _ in range(plan.concurrency)))
+    async def body(session: aiohttp.ClientSession, probes: aiohttp.ClientSession):
+        """The metrics scrape before, the requests (and the window's scrapes), the scrape after: all of it under
+        the watchdog. Returns the cell's and the window's deltas, or None without metrics."""
+        before = await scrape(probes, base_url, plan.api_key) if plan.metrics else None
+        await asyncio.gather(*(worker(session, probes) for _ in range(plan.concurrency)))
         times.extend((time.perf_counter() - wall0, time.process_time() - cpu0))
-        return cell_deltas(before, await scrape(session, base_url, plan.api_key)) if plan.metrics else None
+        if not plan.metrics:
+            return None
+        after = await scrape(probes, base_url, plan.api_key)
+        return cell_deltas(before, after), cell_deltas(await edges["open"], await edges["close"])
 
-    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        work = asyncio.ensure_future(body(session))
+    # the cell's session holds exactly C connections; the scrapes have their own, so none waits for a stream to end
+    streams = aiohttp.TCPConnector(limit=plan.concurrency)
+    async with aiohttp.ClientSession(timeout=timeout, connector=streams) as session, \
+            aiohttp.ClientSession(timeout=timeout) as probes:
+        work = asyncio.ensure_future(body(session, probes))
         watch = asyncio.ensure_future(watchdog(session)) if watchdog else None
         try:
             done, _ = await asyncio.wait({work, watch} - {None}, return_when=asyncio.FIRST_COMPLETED)
@@ -104,12 +121,13 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
                 watch.result()  # raises: the server died or hung; the cell's requests are cancelled below
             deltas = await work
         finally:
-            tasks = [task for task in (work, watch) if task is not None]
+            tasks = [task for task in (work, watch, *edges.values()) if task is not None]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)  # retrieved: no "never retrieved" noise
     warmup_ids = {f"{tag}-{i}" for i in range(plan.warmup)}
-    return CellResult(records, warmup_ids, times[0], times[1], deltas)
+    cell, window = deltas if deltas else (None, None)
+    return CellResult(records, warmup_ids, times[0], times[1], cell, window)
 
 
 def run_cell(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str,

@@ -50,8 +50,11 @@ RECORD_SCHEMA = pa.schema(
         ("cell_start_ts", pa.float64()),  # wall clock (time.time()) when the cell started: the drift axis
         ("cell_mem_gbs", pa.float64()),  # the machine's memory speed around the cell (machine.memory_speed_gbs)
         ("cell_server_metrics", pa.string()),  # JSON: the server's /metrics deltas over the cell, null if not scraped
+        ("window_server_metrics", pa.string()),  # JSON: the same over the cell's steady window (client/cell.py)
     ]
 )
+# columns added after cells were first cached: a cached cell without one reads it as null, not as a foreign file
+LATER_COLUMNS = ("window_server_metrics",)
 
 
 def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
@@ -64,10 +67,14 @@ def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
 def read_records(path: Path) -> pd.DataFrame:
     """A cached cell or a requests file, checked against RECORD_SCHEMA: a truncated or foreign file raises."""
     table = pq.read_table(path)
-    missing = [name for name in RECORD_SCHEMA.names if name not in table.column_names]
+    missing = [name for name in RECORD_SCHEMA.names if name not in table.column_names and name not in LATER_COLUMNS]
     if missing:
         raise ValueError(f"{path}: not a per-request record file (missing column(s) {', '.join(missing)})")
-    return table.to_pandas()
+    df = table.to_pandas()
+    for name in LATER_COLUMNS:
+        if name not in df.columns:
+            df[name] = None
+    return df
 
 
 def cell_frame(result: CellResult, setting: str, workload: str, temperature: float, concurrency: int,
@@ -86,4 +93,5 @@ def cell_frame(result: CellResult, setting: str, workload: str, temperature: flo
     df["cell_start_ts"] = start_ts
     df["cell_mem_gbs"] = mem_gbs
     df["cell_server_metrics"] = json.dumps(result.server_metrics, sort_keys=True) if result.server_metrics else None
+    df["window_server_metrics"] = json.dumps(result.window_metrics, sort_keys=True) if result.window_metrics else None
     return df[RECORD_SCHEMA.names]

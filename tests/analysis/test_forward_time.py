@@ -1,0 +1,38 @@
+"""forward_time.py reads the forward times over the cell's steady window, and the whole cell's only in records from
+before the window was scraped."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from workflow_scripts.analysis.forward_time import forward_times
+
+
+def _metrics(decode_s: float, extend_s: float, forwards: float, tokens: float) -> str:
+    return json.dumps({"specstudy:decode_forward_seconds_total": decode_s, "specstudy:decode_forwards_total": forwards,
+                       "specstudy:extend_forward_seconds_total": extend_s, "specstudy:mixed_forward_seconds_total": 0.0,
+                       "sglang:generation_tokens_total": tokens})
+
+
+def _cell(repeat: int, window: str | None) -> list[dict]:
+    # the whole cell: the warm-up wave's prefill and a drain of one-row forwards (cheap) besides the window
+    whole = _metrics(decode_s=6.0, extend_s=4.0, forwards=200, tokens=2000)
+    return [{"setting": "steps2", "workload": "synthetic", "concurrency": 16, "repeat": repeat,
+             "cell_server_metrics": whole, "window_server_metrics": window} for _ in range(3)]
+
+
+def test_the_steady_window_is_read_where_the_cell_has_one_and_the_whole_cell_where_it_has_not():
+    window = _metrics(decode_s=4.0, extend_s=1.0, forwards=50, tokens=1000)
+    times = forward_times(pd.DataFrame(_cell(0, window)))
+    assert times.loc[0, "extend_share"] == pytest.approx(1.0 / 5.0)
+    assert times.loc[0, "decode_s_per_forward"] == pytest.approx(4.0 / 50)
+    assert times.loc[0, "extend_s_per_token"] == pytest.approx(1.0 / 1000)
+    old = forward_times(pd.DataFrame(_cell(0, None)))
+    assert old.loc[0, "extend_share"] == pytest.approx(4.0 / 10.0)
+    assert old.loc[0, "decode_s_per_forward"] == pytest.approx(6.0 / 200)
+    # rounds of both kinds in one setting: the median over the rounds of what each one has
+    mixed = forward_times(pd.DataFrame(_cell(0, window) + _cell(1, None) + _cell(2, window)))
+    assert mixed.loc[0, "extend_share"] == pytest.approx(0.2)
