@@ -135,10 +135,12 @@ rule study_metadata:
         # params are shown in the report: no server.env values there either
         cfg=json.dumps(redact_config(config), sort_keys=True, default=str),
         phases=f"{RESULTS}/benchmarks",
+        # the phase times count the measuring of the study's current cohorts, not of cohorts an older config had
+        cohorts=sorted(COHORT_BY_ID),
         build_info=lambda wildcards, input: (
             f"--build-info {input.model}/build_info.json" if input.model else ""
         ),
     shell:
         "python -m workflow_scripts.analysis.metadata --config-json {params.cfg:q} {params.build_info}"
-        " --phases-dir {params.phases:q}"
+        " --phases-dir {params.phases:q} --cohorts {params.cohorts:q}"
         " --out-json {output.json:q} --out-html {output.html:q} > {log} 2>&1"

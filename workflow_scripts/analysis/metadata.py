@@ -2,7 +2,7 @@
 and where the time went (each phase's wall time from Snakemake's `benchmark:` files).
 
     python -m workflow_scripts.analysis.metadata --config-json JSON [--build-info models/target/build_info.json] \
-        [--phases-dir results/S/benchmarks] --out-json results/S/metadata/study.json --out-html results/S/metadata/study.html
+        [--phases-dir results/S/benchmarks --cohorts ID ...] --out-json results/S/metadata/study.json --out-html results/S/metadata/study.html
 """
 
 from __future__ import annotations
@@ -87,12 +87,18 @@ def git_state(repo: Path) -> dict[str, Any]:
 # a job's phase, by the prefix of its benchmark file (rules/*.smk `benchmark:`)
 PHASES = {"build_models": "model build", "moe_tune_shard": "MoE tuning", "benchmark": "measuring",
           "analysis": "analysis"}
+COHORT_FILE = "benchmark_"  # rules/benchmark.smk: benchmarks/benchmark_{cohort}.tsv
 
 
-def phase_times(folder: Path | None) -> dict[str, float]:
-    """Wall seconds per phase of the last run of each job (a job rerun replaces its file); absent phases left out."""
+def phase_times(folder: Path | None, cohorts: set[str] | None = None) -> dict[str, float]:
+    """Wall seconds per phase of the last run of each job (a job rerun replaces its file); absent phases left out.
+
+    A cohort's id changes with what shapes its cells, so the folder keeps the files of cohorts an earlier config
+    measured; with `cohorts` (the study's current ones), only theirs count as measuring."""
     out: dict[str, float] = {}
     for path in sorted(folder.glob("*.tsv")) if folder and folder.is_dir() else []:
+        if cohorts is not None and path.stem.startswith(COHORT_FILE) and path.stem[len(COHORT_FILE):] not in cohorts:
+            continue
         phase = next((name for prefix, name in PHASES.items() if path.stem.startswith(prefix)), None)
         seconds = pd.read_csv(path, sep="\t")["s"]
         if phase is not None and len(seconds):
@@ -100,13 +106,14 @@ def phase_times(folder: Path | None) -> dict[str, float]:
     return out
 
 
-def collect(config: dict[str, Any], build_info: Path | None, repo: Path, phases: Path | None = None) -> dict[str, Any]:
+def collect(config: dict[str, Any], build_info: Path | None, repo: Path, phases: Path | None = None,
+            cohorts: set[str] | None = None) -> dict[str, Any]:
     """Everything the metadata page shows; `server.env` values are redacted (they may be tokens), keys kept."""
     info = None
     if build_info is not None and build_info.exists():
         info = json.loads(build_info.read_text(encoding="utf-8"))
     return {"git": git_state(repo), "hardware": hardware(), "config": redact_config(config),
-            "model_build_info": info, "phase_seconds": phase_times(phases), "packages": packages()}
+            "model_build_info": info, "phase_seconds": phase_times(phases, cohorts), "packages": packages()}
 
 
 def _section(title: str, value: Any) -> str:
@@ -139,10 +146,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repo", type=Path, default=CODE_ROOT,
                         help="git checkout whose commit is recorded (default: the one holding this code)")
     parser.add_argument("--phases-dir", type=Path, help="Snakemake benchmark files of the study's jobs")
+    parser.add_argument("--cohorts", nargs="*", help="the study's current cohort ids: only their measuring counts")
     parser.add_argument("--out-json", type=Path, required=True)
     parser.add_argument("--out-html", type=Path, required=True)
     args = parser.parse_args(argv)
-    meta = collect(json.loads(args.config_json), args.build_info, args.repo, args.phases_dir)
+    meta = collect(json.loads(args.config_json), args.build_info, args.repo, args.phases_dir,
+                   None if args.cohorts is None else set(args.cohorts))
     atomic_write_text(args.out_json, json.dumps(meta, indent=2, default=str) + "\n")
     atomic_write_text(args.out_html, to_html(meta))
     print(f"metadata: git {meta['git']['commit']}, {meta['hardware']['cpu_model']}, "
