@@ -76,15 +76,15 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
         assert server["sglang:generation_tokens_total"] == cell.output_tokens.sum()
         assert server["sglang:num_requests_total"] == len(cell)
         # over the steady window (first measured send to the (N - C + 1)-th end) the server generated what the
-        # client received inside it, up to the forwards in flight when the closing scrape was answered; the tokens
-        # of the last request, started at the 3rd end, fall mostly outside it
+        # client received inside it, give or take what the smoke model (a forward is ~1 ms) decoded while each
+        # edge's scrape was on its way: at most one answer of the last request (16 tokens)
         window = json.loads(cell.window_server_metrics.iloc[0])
         opens, closes = cell[~cell.warmup].send_ts.min(), sorted(cell.end_ts)[len(cell) - 2]
         inside = sum(n for ts, ns in zip(cell.chunk_ts, cell.chunk_tokens)
                      for t, n in zip(ts, ns) if opens < t <= closes)
-        assert abs(window["sglang:generation_tokens_total"] - inside) <= 2 * 2
-        assert window["sglang:generation_tokens_total"] < server["sglang:generation_tokens_total"]
-        assert 0 < window["specstudy:decode_forwards_total"] < server["specstudy:decode_forwards_total"]
+        assert abs(window["sglang:generation_tokens_total"] - inside) <= 16
+        assert 0 < window["sglang:generation_tokens_total"] <= server["sglang:generation_tokens_total"]
+        assert 0 < window["specstudy:decode_forwards_total"] <= server["specstudy:decode_forwards_total"]
     meta = json.loads((tmp_path / "out.json").read_text())
     assert meta["schedule"] == "interleaved" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
     # the machine's memory speed, probed around each of the 4 cells
