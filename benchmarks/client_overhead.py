@@ -140,20 +140,20 @@ def main() -> None:
                             incremental=incremental)
             ids = [prompts[i % len(prompts)].input_ids for i in range(plan.total)]
             for rnd in range(args.rounds):
-                results: dict[tuple[str, str], object] = {}
+                http_results: dict[str, CellResult] = {}
                 for key in seeded_order([f"{name}|{side}" for name in compared for side in ("http", "in-process")],
                                         "client_overhead", c, rnd):
                     name, side = key.split("|")
                     if side == "http":
                         result = run_cell(urls[name], plan, prompts, params, f"c{c}r{rnd}{name}")
                         _check(c, name, result)
-                        results[name, side] = result
+                        http_results[name] = result
                         measured.setdefault((c, name, side), []).append(http_tok_s(result, c))
                     else:
                         cell = run_in_process(engines[name], ids, engine_params, c)
                         measured.setdefault((c, name, side), []).append(in_process_tok_s(cell, plan.warmup, c))
                 for name in compared:
-                    _report(c, rnd, name, results[name, "http"], measured[c, name, "http"][-1],
+                    _report(c, rnd, name, http_results[name], measured[c, name, "http"][-1],
                             measured[c, name, "in-process"][-1])
     _summary(args.concurrency, list(compared), measured)
 

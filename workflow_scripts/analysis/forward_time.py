@@ -46,9 +46,9 @@ def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
     """Per setting × workload × concurrency, the median over rounds of the extend forwards' share of the forward
     time, of their seconds per generated token, and of the seconds per decode forward (COLUMNS); empty when no
     cell carries forward times."""
-    if "cell_server_metrics" not in requests.columns:
-        return pd.DataFrame(columns=COLUMNS)
     sources = [name for name in ("window_server_metrics", "cell_server_metrics") if name in requests.columns]
+    if not sources:
+        return pd.DataFrame(columns=COLUMNS)
     cells = requests.groupby([*GROUP, "repeat"], sort=True)[sources].first()
     rows = []
     for key, metrics in cells.iterrows():
