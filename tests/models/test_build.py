@@ -149,3 +149,15 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path, overrides
         build_pair("smoke", 0, target, tmp_path / "draft", overrides)
     assert (target / "keep.txt").read_text() == "precious"
     assert not (tmp_path / "draft").exists()
+
+
+def test_auto_train_dtype_follows_the_cpu(monkeypatch):
+    """`auto` trains in bf16 only where the CPU computes it natively (emulated bf16 made an AVX2-only build 10x
+    slower); the resolved dtype, not "auto", is what build_info records."""
+    from workflow_scripts.models import presets
+
+    assert presets.PRESETS["default"].train_dtype == "auto"
+    for native, expected in ((True, "bfloat16"), (False, "float32")):
+        monkeypatch.setattr(presets, "native_bf16", lambda native=native: native)
+        assert presets.resolve("default").train_dtype == expected
+        assert presets.resolve("default", {"train_dtype": "float32"}).train_dtype == "float32"

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(frozen=True)
 class BuildSettings:
@@ -53,7 +55,9 @@ class BuildSettings:
     draft_lr: float
     warmup_steps: int
     weight_decay: float
-    train_dtype: str  # "bfloat16" (autocast; ~2x faster on CPUs with AVX512-BF16) or "float32"
+    # "bfloat16" (autocast: ~2x faster than float32 on CPUs with AVX512-BF16 or AMX, but ~17x slower on an AVX2-only
+    # CPU, where it is emulated), "float32", or "auto": bfloat16 where the CPU has native bf16, else float32
+    train_dtype: str
     num_threads: int  # fixed: the thread count changes float reduction order (1: robust on a shared CPU)
     eval_tokens: int  # held-out tokens used for val loss, agreement and routing statistics
     greedy_eval_prompts: int  # held-out heads the target continues greedily (acceptance estimate)
@@ -70,7 +74,7 @@ PRESETS: dict[str, BuildSettings] = {
         seq_len=256, batch_size=16, dense_steps=320, dense_lr=2e-3,
         moe_steps=6, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
         distill_tokens=393216, distill_top_k=16, draft_steps=900, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
-        train_dtype="bfloat16", num_threads=1, eval_tokens=24576,
+        train_dtype="auto", num_threads=1, eval_tokens=24576,
         greedy_eval_prompts=12, greedy_eval_tokens=64,
     ),
     "smoke": BuildSettings(
@@ -82,12 +86,18 @@ PRESETS: dict[str, BuildSettings] = {
         seq_len=128, batch_size=8, dense_steps=60, dense_lr=3e-3,
         moe_steps=5, moe_lr=1e-3, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
         distill_tokens=8192, distill_top_k=16, draft_steps=30, draft_lr=3e-3, warmup_steps=5, weight_decay=0.1,
-        train_dtype="bfloat16", num_threads=1, eval_tokens=4096,
+        train_dtype="auto", num_threads=1, eval_tokens=4096,
         greedy_eval_prompts=4, greedy_eval_tokens=16,
     ),
 }
 
-_TRAIN_DTYPES = ("bfloat16", "float32")
+_TRAIN_DTYPES = ("auto", "bfloat16", "float32")
+
+
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere torch emulates it, and a 2026-12-02
+    AVX2-only AMD EPYC trained the default dense model at 26 s a step in bf16 against ~1 s in float32."""
+    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
 def _parse_value(key: str, raw: str, current: object) -> object:
@@ -116,6 +126,8 @@ def resolve(preset: str, overrides: dict[str, str] | None = None) -> BuildSettin
         changes[key] = _parse_value(key, raw, getattr(base, key))
     settings = dataclasses.replace(base, **changes)
     check(settings)
+    if settings.train_dtype == "auto":  # resolved here, so build_info records the dtype the pair was trained in
+        settings = dataclasses.replace(settings, train_dtype="bfloat16" if native_bf16() else "float32")
     return settings
 
 
