@@ -44,6 +44,11 @@ def check_config(config):
             f"benchmark.max_repeats: {bench['max_repeats']} is below benchmark.repeats ({bench['repeats']}),"
             " the minimum number of rounds"
         )
+    if bench["schedule"] == "sliced" and config["engine"] != "embedded":
+        raise WorkflowError(
+            "benchmark.schedule: sliced freezes each server outside its turn, which only the embedded engine"
+            " allows; use auto, interleaved or blocked on SGLang"
+        )
     twin = twin_name(config["analysis"]["baseline"])
     if bench["aa_control"] and twin in config["settings"]:
         raise WorkflowError(

@@ -36,3 +36,12 @@ def test_the_steady_window_is_read_where_the_cell_has_one_and_the_whole_cell_whe
     # rounds of both kinds in one setting: the median over the rounds of what each one has
     mixed = forward_times(pd.DataFrame(_cell(0, window) + _cell(1, None) + _cell(2, window)))
     assert mixed.loc[0, "extend_share"] == pytest.approx(0.2)
+
+
+def test_a_time_sliced_cell_gives_no_forward_times():
+    """Its server was frozen mid-forward by the other members' turns: the seconds are not the forwards' own."""
+    alone = [{**row, "cell_run_share": None} for row in _cell(0, _metrics(4.0, 1.0, forwards=50, tokens=1000))]
+    sliced = [{**row, "cell_run_share": 0.5} for row in _cell(1, _metrics(40.0, 1.0, forwards=50, tokens=1000))]
+    times = forward_times(pd.DataFrame(alone + sliced))
+    assert times.loc[0, "decode_s_per_forward"] == pytest.approx(4.0 / 50)  # round 1 (sliced) left out
+    assert forward_times(pd.DataFrame(sliced)).empty

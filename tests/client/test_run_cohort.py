@@ -86,7 +86,14 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
         assert 0 < window["sglang:generation_tokens_total"] <= server["sglang:generation_tokens_total"]
         assert 0 < window["specstudy:decode_forwards_total"] <= server["specstudy:decode_forwards_total"]
     meta = json.loads((tmp_path / "out.json").read_text())
-    assert meta["schedule"] == "interleaved" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
+    assert meta["schedule"] == "sliced" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
+    # auto on the embedded engine: both members' cells of a round ran at once, each server in its turns, and
+    # their records are on their server's running clock: a span of each cell shorter than the wall time it took
+    for _, cell in records.groupby(["setting", "repeat"]):
+        share = cell.cell_run_share.iloc[0]
+        assert 0.3 < share < 1.0, share
+        span = cell.end_ts.max() - cell.send_ts.min()
+        assert span < cell.cell_wall_s.iloc[0] * (share + 0.1), (span, cell.cell_wall_s.iloc[0], share)
     # the machine's memory speed, probed around each of the 4 cells
     per_cell = records.groupby(["setting", "repeat"]).cell_mem_gbs.agg(["min", "max"])
     assert (per_cell["min"] == per_cell["max"]).all() and (per_cell["min"] > 0).all()
@@ -119,8 +126,10 @@ def test_sigterm_stops_every_server_and_leaves_no_output(smoke_pair, tmp_path):
 
 
 def test_a_hung_server_fails_the_cohort_long_before_the_request_timeout(smoke_pair, tmp_path):
-    """SIGSTOP on one server mid-cell: the liveness check beside the cell fails the job (the request timeout is 300 s)."""
+    """SIGSTOP on one server mid-cell: the liveness check beside the cell fails the job (the request timeout is 300 s).
+    Interleaved: a sliced cell's conductor continues every server in its turn, so SIGSTOP is no hang there."""
     plan = _long(tmp_path)
+    plan["schedule"] = "interleaved"
     proc, pids = _until_first_cell(_argv(plan, smoke_pair, tmp_path))
     os.killpg(pids[0], signal.SIGSTOP)  # the server and its engine process: a hang, not a crash
     stopped = time.monotonic()

@@ -65,6 +65,8 @@ CASES = [
      ["config key benchmark.schedule", "'weekly' is not one of"]),
     ("a setting named like the A/A twin", lambda c: c["settings"].update(baseline_aa={}),
      ["settings.baseline_aa: the name is taken by the A/A twin of analysis.baseline"]),
+    ("a sliced schedule on SGLang", lambda c: (_sglang_interleaved(c), c["benchmark"].update(schedule="sliced")),
+     ["benchmark.schedule: sliced freezes each server outside its turn, which only the embedded engine allows"]),
     ("interleaved SGLang servers that need more GPUs than the node has", lambda c: _sglang_interleaved(c),
      ["benchmark.schedule: interleaved runs every setting's server at once; 5 SGLang servers need 10 GPUs but"
       " sglang.node_gpus is 4"]),

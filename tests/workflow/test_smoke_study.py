@@ -52,7 +52,7 @@ def test_artifacts_exist(study):
         info = json.loads((res / "models" / name / "build_info.json").read_text())
         assert info["seed"] == SMOKE["model"]["seed"]
     (cohort,) = [json.loads(path.read_text()) for path in (res / "benchmark").glob("*.json")]
-    assert sorted(cohort["members"]) == sorted(MEMBERS) and cohort["schedule"] == "interleaved"
+    assert sorted(cohort["members"]) == sorted(MEMBERS) and cohort["schedule"] == "sliced"
     for member in MEMBERS:
         assert (res / "requests" / f"{member}.parquet").is_file()
         assert (res / "logs" / "server" / cohort["cohort"] / f"{member}.log").stat().st_size > 0
@@ -105,7 +105,7 @@ def test_aa_control_and_noise_floor(study):
     assert ((aa.ci_low_pct <= aa.diff_pct) & (aa.diff_pct <= aa.ci_high_pct)).all()
     floor = json.loads((tables / "noise_floor.json").read_text())
     assert set(floor) == {"noise_floor_pct", "schedule", "rounds"}
-    assert floor["schedule"] == "interleaved" and floor["rounds"] == SMOKE["benchmark"]["repeats"]
+    assert floor["schedule"] == "sliced" and floor["rounds"] == SMOKE["benchmark"]["repeats"]
     assert floor["noise_floor_pct"] == pytest.approx(float(aa.diff_pct.abs().quantile(0.95)))
     improvement = pd.read_csv(tables / "improvement.csv")
     assert set(improvement.verdict) <= {REAL, WITHIN_NOISE, NO_DATA}

@@ -13,6 +13,9 @@ and its requests finish at scattered steps, so it prefills in more, smaller forw
 forward also give what one speculative step (its drafting and its verify) costs against a plain decode step: the
 fitted step cost, measured. A mixed forward (prompt chunks in a decode batch, `--enable-mixed-chunk`) counts in
 the total only: its prefill's part is not known, so with mixing the prefill share is a lower bound.
+
+A time-sliced cell (client/slicing.py) has no forward times: its server was frozen in the middle of forwards, whose
+wall time the engine counts whole, so its seconds would carry the other members' turns.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
     sources = [name for name in ("window_server_metrics", "cell_server_metrics") if name in requests.columns]
     if not sources:
         return pd.DataFrame(columns=COLUMNS)
-    cells = requests.groupby([*GROUP, "repeat"], sort=True)[sources].first()
+    alone = requests["cell_run_share"].isna() if "cell_run_share" in requests.columns else slice(None)
+    cells = requests[alone].groupby([*GROUP, "repeat"], sort=True)[sources].first()
     rows = []
     for key, metrics in cells.iterrows():
         seconds = next((found for name in sources if (found := _seconds(metrics[name])) is not None), None)

@@ -200,6 +200,7 @@ def cohort_plan(config: dict, cohort: Cohort) -> dict:
         "request_timeout_s": bench["request_timeout_s"],
         "rounds": {k: bench[k] for k in ("repeats", "max_repeats", "precision_pct", "time_budget_min")},
         "restart_each_round": bench["restart_each_round"],
+        "slice_ms": bench["slice_ms"],
         "server_warmup": bench["server_warmup"],
         "node_gpus": config["sglang"]["node_gpus"] if config["engine"] == "sglang" else None,
     }

@@ -51,10 +51,13 @@ RECORD_SCHEMA = pa.schema(
         ("cell_mem_gbs", pa.float64()),  # the machine's memory speed around the cell (machine.memory_speed_gbs)
         ("cell_server_metrics", pa.string()),  # JSON: the server's /metrics deltas over the cell, null if not scraped
         ("window_server_metrics", pa.string()),  # JSON: the same over the cell's steady window (client/cell.py)
+        # a sliced cell (client/slicing.py): the share of its wall time its server ran; its timestamps are on the
+        # server's running clock. Null for a cell measured alone
+        ("cell_run_share", pa.float64()),
     ]
 )
 # columns added after cells were first cached: a cached cell without one reads it as null, not as a foreign file
-LATER_COLUMNS = ("window_server_metrics",)
+LATER_COLUMNS = ("window_server_metrics", "cell_run_share")
 
 
 def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
@@ -94,4 +97,5 @@ def cell_frame(result: CellResult, setting: str, workload: str, temperature: flo
     df["cell_mem_gbs"] = mem_gbs
     df["cell_server_metrics"] = json.dumps(result.server_metrics, sort_keys=True) if result.server_metrics else None
     df["window_server_metrics"] = json.dumps(result.window_metrics, sort_keys=True) if result.window_metrics else None
+    df["cell_run_share"] = None
     return df[RECORD_SCHEMA.names]

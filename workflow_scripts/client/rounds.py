@@ -1,7 +1,10 @@
 """The measurement design of a cohort: which cell of which member is measured when, and when to stop.
 
+- sliced (the embedded engine): every member's server is up; a round of a cell measures that cell on every member
+  at once, each server running only in its turn of a few tens of milliseconds (client/slicing.py), so the members
+  of a round see the same phases of the machine to within one turn of the conductor.
 - interleaved: every member's server is up; a round of a cell measures that cell on every member, in a seeded
-  random order, so the members of a round see the same phase of the machine.
+  random order, one after another.
 - blocked: one server at a time (SGLang settings that together need more GPUs than the node has); each round
   visits the members in an order reversed every round (ABC, CBA, ...), restarting a server per block, so a
   linear drift cancels over two rounds.
@@ -24,7 +27,6 @@ from dataclasses import dataclass, field
 
 from workflow_scripts.analysis.paired import paired_ratio
 
-SCHEDULES = ("interleaved", "blocked", "sequential")
 METRICS = ("aggregate_tok_s", "per_request_tok_s")
 
 

@@ -5,10 +5,11 @@
         --meta-out results/S/benchmark/COHORT.json
 
 The plan comes from workflow_scripts.client.cohorts (which settings are measured together, over which cells);
-the design (interleaved, blocked, sequential) and the stopping rule from workflow_scripts.client.rounds. Each
-measured cell is cached under `cells/{cohort}/{runtime key}/` (the key holds the models' and the MoE file's
-digests), once its server proved alive after it, so a killed job loses at most the cell in flight and its rerun
-completes the same rounds.
+the design (sliced, interleaved, blocked, sequential) and the stopping rule from workflow_scripts.client.rounds.
+Each measured cell is cached under `cells/{cohort}/{runtime key}/` (the key holds the models' and the MoE file's
+digests and the design that ran), once its server proved alive after it, so a killed job loses at most the cell
+in flight (sliced: the round of the cell in flight, whose members run at once) and its rerun completes the same
+rounds.
 """
 
 from __future__ import annotations
@@ -36,12 +37,13 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.analysis.output import atomic_write_text
-from workflow_scripts.client.cell import CellPlan, CellResult, run_cell, sampling_params, seed_base
+from workflow_scripts.client.cell import CellPlan, CellResult, run_cell, run_cell_async, sampling_params, seed_base
 from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
 from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
 from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
+from workflow_scripts.client.slicing import Conductor, run_share, to_running_clock
 from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
 from workflow_scripts.machine import memory_speed_gbs, stream_bandwidth_gbs
 
@@ -79,8 +81,9 @@ def check_weights(path: Path) -> None:
         raise SystemExit(f"{path}: damaged model weights ({err}); rebuild the pair (delete its folder and rerun)")
 
 
-def runtime_key(plan: dict, models: Models) -> str:
-    """What the config cannot know: the built weights and the tuned MoE file. A change re-measures the cohort."""
+def runtime_key(plan: dict, models: Models, schedule: str) -> str:
+    """What the config cannot know: the built weights, the tuned MoE file and the design `auto` resolved to (and a
+    sliced design's turn length). A change re-measures the cohort: cells of two designs are never paired."""
     if plan["engine"] == "embedded":
         files = {role: d / "model.safetensors" for role, d in (("target", models.target), ("draft", models.draft)) if d}
         for path in files.values():
@@ -89,12 +92,17 @@ def runtime_key(plan: dict, models: Models) -> str:
     else:
         weights = {"target": str(models.target), "draft": str(models.draft)}
     moe = sha256_file(Path(models.moe_installed["file"])) if models.moe_installed else None
-    return hashlib.sha256(json.dumps([weights, moe], sort_keys=True).encode()).hexdigest()[:12]
+    design = [schedule, plan["slice_ms"]] if schedule == "sliced" else [schedule]
+    return hashlib.sha256(json.dumps([weights, moe, design], sort_keys=True).encode()).hexdigest()[:12]
 
 
 def resolve_schedule(plan: dict, models: Models) -> str:
-    """`auto`: interleaved when every member's server fits at once (memory on the embedded engine, GPUs on SGLang)."""
+    """`auto`: every member's server at once when they fit (memory on the embedded engine, GPUs on SGLang): sliced
+    on the embedded engine, interleaved on SGLang; else blocked."""
     schedule, members = plan["schedule"], list(plan["members"])
+    if schedule == "sliced" and plan["engine"] != "embedded":
+        raise SystemExit("benchmark.schedule: sliced freezes servers in turns, which only the embedded engine allows;"
+                         " use interleaved, blocked or auto on SGLang")
     if schedule != "auto":
         return schedule
     if plan["engine"] == "sglang":
@@ -104,7 +112,7 @@ def resolve_schedule(plan: dict, models: Models) -> str:
     need_mb = len(members) * (SERVER_OVERHEAD_MB + 2 * weights_mb)
     available_mb = available_memory_mb()
     log.info("auto schedule: %d servers need ~%.0f MB, %.0f MB available", len(members), need_mb, available_mb)
-    return "interleaved" if need_mb <= 0.8 * available_mb else "blocked"
+    return "sliced" if need_mb <= 0.8 * available_mb else "blocked"
 
 
 def available_memory_mb() -> float:
@@ -123,7 +131,8 @@ class Cohort:
         members_of = {key: [name for name, m in plan["members"].items() if key in m["cells"]] for key in self.cells}
         self.ledger = Ledger(self.control, members_of)
         self.planner = Planner(RoundPolicy.from_plan(plan["rounds"]), self.ledger)
-        self.dir = args.cells_dir / runtime_key(plan, models)
+        self.schedule = resolve_schedule(plan, models)
+        self.dir = args.cells_dir / runtime_key(plan, models, self.schedule)
         self.prompts = {name: build_prompts(cell["spec"], models.target)
                         for name, cell in {c["workload"]: c for c in plan["cells"]}.items()}
         self.seconds: dict[str, float] = {name: 0.0 for name in plan["members"]}
@@ -152,13 +161,9 @@ class Cohort:
 
     # --- one measurement ---------------------------------------------------------------------------------------
     def measure(self, live: Live, cell: str, member: str, round_: int) -> None:
-        supervisor = self.args.supervisor_pid
-        if supervisor and not pid_alive(supervisor):
-            # Snakemake was killed (SIGKILL leaves its jobs running): stop, so its rerun measures alone
-            raise SystemExit(f"the Snakemake process that started this job (pid {supervisor}) is gone: stopping")
+        self.check_supervisor()
         spec = self.cells[cell]
-        wl = spec["spec"]
-        tag = f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
+        tag = self.tag(spec, member, round_)
         cell_plan = self.cell_plan(live, spec, spec["warmup"], spec["measured"], metrics=live.spec.enable_metrics)
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
@@ -168,18 +173,82 @@ class Cohort:
             live.process.raise_if_dead("died during a cell")
             raise
         live.process.check_alive()
-        if len(result.records) != cell_plan.total:
-            raise RuntimeError(f"cell {tag}: sent {cell_plan.total} requests but recorded {len(result.records)}")
         mem_gbs = math.sqrt(mem_before * memory_speed_gbs())  # the machine's phase around the cell
-        frame = cell_frame(result, member, spec["workload"], wl["temperature"], spec["concurrency"], round_,
-                           self.id, start_ts, mem_gbs)
+        frame = self.frame(result, cell_plan, cell, member, round_, start_ts, mem_gbs)
+        self.keep(frame, cell, member, round_, time.perf_counter() - t0, result)
+
+    def measure_sliced(self, lives: dict[str, Live], cell: str, round_: int) -> None:
+        """One round of a cell on every member at once, each server running only in its turn (client/slicing.py);
+        each member's records are on its server's running clock. Written when all of them are done: a killed job
+        measures the whole round of the cell again."""
+        self.check_supervisor()
+        spec = self.cells[cell]
+        order = seeded_order(list(lives), self.id, cell, round_)
+        plans = {m: self.cell_plan(lives[m], spec, spec["warmup"], spec["measured"],
+                                   metrics=lives[m].spec.enable_metrics) for m in order}
+        groups = {m: lives[m].process.proc.pid for m in order}  # each server leads its own process group
+        mem_before = memory_speed_gbs()
+        start_ts, t0 = time.time(), time.perf_counter()
+        with Conductor(groups, self.plan["slice_ms"] / 1000, order) as conductor:
+            results = asyncio.run(self.send_together(lives, spec, plans, round_, conductor))
+        wall_s = time.perf_counter() - t0
+        for m in order:
+            lives[m].process.check_alive()
+        mem_gbs = math.sqrt(mem_before * memory_speed_gbs())
+        for m in order:
+            frame = self.frame(results[m], plans[m], cell, m, round_, start_ts, mem_gbs)
+            intervals = conductor.intervals[m]
+            frame = to_running_clock(frame, intervals)
+            frame["cell_run_share"] = run_share(intervals, t0, t0 + results[m].wall_s)
+            self.keep(frame, cell, m, round_, wall_s / len(order), results[m])
+
+    async def send_together(self, lives: dict[str, Live], spec: dict, plans: dict[str, CellPlan], round_: int,
+                            conductor: Conductor) -> dict[str, CellResult]:
+        async def one(member: str) -> tuple[str, CellResult]:
+            live = lives[member]
+            try:
+                return member, await run_cell_async(
+                    live.url, plans[member], self.prompts[spec["workload"]], sampling_params(spec["spec"]),
+                    self.tag(spec, member, round_), watchdog=functools.partial(watch, live.process, live.url))
+            except (aiohttp.ClientError, asyncio.TimeoutError):
+                live.process.raise_if_dead("died during a cell")
+                raise
+            finally:
+                conductor.done(member)  # its turns go to the members still measuring
+
+        return dict(await asyncio.gather(*(one(m) for m in plans)))
+
+    def check_supervisor(self) -> None:
+        supervisor = self.args.supervisor_pid
+        if supervisor and not pid_alive(supervisor):
+            # Snakemake was killed (SIGKILL leaves its jobs running): stop, so its rerun measures alone
+            raise SystemExit(f"the Snakemake process that started this job (pid {supervisor}) is gone: stopping")
+
+    @staticmethod
+    def tag(spec: dict, member: str, round_: int) -> str:
+        return f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
+
+    def frame(self, result: CellResult, plan: CellPlan, cell: str, member: str, round_: int, start_ts: float,
+              mem_gbs: float) -> pd.DataFrame:
+        spec = self.cells[cell]
+        if len(result.records) != plan.total:
+            raise RuntimeError(f"cell {self.tag(spec, member, round_)}: sent {plan.total} requests but recorded "
+                               f"{len(result.records)}")
+        return cell_frame(result, member, spec["workload"], spec["spec"]["temperature"], spec["concurrency"], round_,
+                          self.id, start_ts, mem_gbs)
+
+    def keep(self, frame: pd.DataFrame, cell: str, member: str, round_: int, seconds: float,
+             result: CellResult) -> None:
+        """Cache a measured cell, enter it in the ledger, log it."""
         write_parquet_atomic(frame, self.path(cell, member, round_))
         metrics = cell_metrics(frame)
         self.ledger.add(cell, member, round_, metrics)
-        self.seconds[member] += time.perf_counter() - t0
+        self.seconds[member] += seconds
         log.info("cell %s: %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% of one core, "
-                 "memory %.1f GB/s", tag, int(frame.error.notna().sum()), metrics["aggregate_tok_s"],
-                 metrics["per_request_tok_s"], 100 * result.client_cpu_s / result.wall_s, mem_gbs)
+                 "memory %.1f GB/s%s", self.tag(self.cells[cell], member, round_), int(frame.error.notna().sum()),
+                 metrics["aggregate_tok_s"], metrics["per_request_tok_s"], 100 * result.client_cpu_s / result.wall_s,
+                 frame["cell_mem_gbs"].iloc[0],
+                 "" if pd.isna(share := frame["cell_run_share"].iloc[0]) else f", ran {100 * share:.0f}% of the cell")
         if self.progress is not None:
             self.progress.update()
 
@@ -262,9 +331,13 @@ class Cohort:
                 for cell in seeded_order(active, self.id, round_):
                     if self.planner.over_budget(round_):
                         return
-                    for member in seeded_order(self.ledger.members_of[cell], self.id, cell, round_):
-                        if not self.ledger.done(cell, member, round_):
-                            self.measure(servers[member], cell, member, round_)
+                    todo = [m for m in seeded_order(self.ledger.members_of[cell], self.id, cell, round_)
+                            if not self.ledger.done(cell, m, round_)]
+                    if self.schedule == "sliced" and todo:
+                        self.measure_sliced({m: servers[m] for m in todo}, cell, round_)
+                        continue
+                    for member in todo:
+                        self.measure(servers[member], cell, member, round_)
 
     def round_pending(self, round_: int, active: list[str]) -> bool:
         return any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c])
@@ -300,7 +373,7 @@ class Cohort:
             atomic_write_text(manifest, json.dumps({k: self.plan[k] for k in
                                                    ("id", "control", "members", "cells", "schedule")}, indent=1))
         cached = self.load_cached()
-        schedule = resolve_schedule(self.plan, self.models)
+        schedule = self.schedule
         log.info("cohort %s: control %s; members %s; %d cells; %d cached cell-rounds; schedule %s (configured %s)",
                  self.id, self.control, ", ".join(self.plan["members"]), len(self.cells), cached, schedule,
                  self.plan["schedule"])
@@ -310,7 +383,7 @@ class Cohort:
         log.info("machine: streaming memory bandwidth %.1f GB/s (one thread, sum over 256 MB)", bandwidth)
         t0 = time.perf_counter()
         with tqdm(total=0, desc=f"{self.id} cells", unit="cell") as self.progress:
-            {"interleaved": self.run_interleaved, "blocked": self.run_blocked,
+            {"sliced": self.run_interleaved, "interleaved": self.run_interleaved, "blocked": self.run_blocked,
              "sequential": self.run_sequential}[schedule]()
         measuring_s = time.perf_counter() - t0
         for name, seconds in self.seconds.items():
