@@ -81,8 +81,9 @@ def aa_goals(aa: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for metric, g in [("both", aa), *aa.groupby("metric")]:
         g = g.dropna(subset=["diff_pct"])
-        honest = ((g.ci_low_pct <= 0) & (g.ci_high_pct >= 0)).mean()
-        rows.append({"metric": metric, "cells": len(g), "CI includes 0 (>= 90%)": f"{honest:.0%}",
+        with_ci = g.dropna(subset=["ci_low_pct", "ci_high_pct"])  # a cell of one round has no CI to include 0
+        honest = ((with_ci.ci_low_pct <= 0) & (with_ci.ci_high_pct >= 0)).mean()
+        rows.append({"metric": metric, "cells": len(g), "CI includes 0 (>= 90%)": f"{honest:.0%} of {len(with_ci)}",
                      "median |A/A| (<= 2%)": f"{g.diff_pct.abs().median():.2f}%",
                      "worst |A/A| (<= 5%)": f"{g.diff_pct.abs().max():.2f}%",
                      "median CI half-width": f"{((g.ci_high_pct - g.ci_low_pct) / 2).median():.2f}%"})

@@ -32,11 +32,13 @@ def floor_sentence(floor: dict, aa: pd.DataFrame) -> str:
         return ("No A/A twin was measured (benchmark.aa_control: false): an improvement counts as real when its "
                 "paired CI excludes 0, with no noise floor to clear.")
     finite = aa.dropna(subset=["diff_pct"])
-    honest = ((finite["ci_low_pct"] <= 0) & (finite["ci_high_pct"] >= 0)).mean() if len(finite) else np.nan
+    with_ci = finite.dropna(subset=["ci_low_pct", "ci_high_pct"])  # one round gives a ratio but no interval
+    honest = ((with_ci["ci_low_pct"] <= 0) & (with_ci["ci_high_pct"] >= 0)).mean() if len(with_ci) else np.nan
+    no_ci = f" ({len(finite) - len(with_ci)} more had one round: no CI)" if len(with_ci) < len(finite) else ""
     return (f"The control's twin (the same setting on a second server, in the same rounds) landed "
             f"{finite['diff_pct'].abs().median():.1f}% from the control in the median cell and "
             f"{finite['diff_pct'].abs().max():.1f}% in the worst; its CI included 0 in {honest:.0%} of the "
-            f"{len(finite)} cells × metrics. The **noise floor** (95th percentile of |A/A difference|) is "
+            f"{len(with_ci)} cells × metrics with a CI{no_ci}. The **noise floor** (95th percentile of |A/A difference|) is "
             f"**±{floor['noise_floor_pct']:.1f}%**: an improvement is *real* only when its paired CI excludes 0 "
             f"and it is larger than that.")
 
@@ -56,7 +58,8 @@ def design_lines(metas: list[dict], precision: pd.DataFrame) -> list[str]:
             f"{int(cells['rounds'].max())} rounds per cell (minimum {meta['repeats']}, limit {meta['max_repeats']}); "
             f"{len(met)} of {len(cells)} cells reached the ±{meta['precision_pct']:g}% precision target{budget}.")
         if len(missed):
-            worst = ", ".join(f"{r.workload} C={r.concurrency} ±{r.half_width_pct:.1f}%"
+            worst = ", ".join(f"{r.workload} C={r.concurrency} "
+                              + (f"±{r.half_width_pct:.1f}%" if np.isfinite(r.half_width_pct) else "one round, no CI")
                               for r in missed.sort_values("half_width_pct", ascending=False).itertuples())
             lines.append(f"  - Not at the target (widest CI half-width reached): {worst}.")
         per_member = ", ".join(f"`{m}` {s / 60:.1f}" for m, s in meta["member_s"].items())
