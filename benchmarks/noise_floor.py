@@ -64,6 +64,10 @@ def machine_lines(request_files: list[Path], control: str, twin: str) -> list[st
         return lines
     aa = np.log(both.aggregate_tok_s_t / both.aggregate_tok_s_c)
     machine = np.log(both.cell_mem_gbs_t / both.cell_mem_gbs_c)
+    if not machine.abs().gt(0).any():  # sliced rounds: the pair ran in one block, probed once around it
+        return lines + [f"machine: over {len(both)} rounds the control and the twin ran in the same time-sliced "
+                        f"block, probed once around it, so no A/A gap can follow the probe; A/A log-ratio sd "
+                        f"{aa.std(ddof=1):.3f}"]
     r = float(np.corrcoef(aa, machine)[0, 1])
     adjusted = both.assign(raw=aa, adj=aa - beta * machine).groupby(["workload", "concurrency"])[["raw", "adj"]].mean()
     raw_pct, adj_pct = (100 * np.expm1(adjusted[c]).abs() for c in ("raw", "adj"))
