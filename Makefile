@@ -34,9 +34,10 @@ system-deps:
 			chromium munge slurmctld slurmd slurm-client >/dev/null; \
 	fi
 
-# one worker per core, each test file on one worker (its module fixtures, e.g. a whole smoke study, built once)
+# one worker per core, each test file on one worker (its module fixtures, e.g. a whole smoke study, built once);
+# the 15 slowest tests are listed, to see where the time goes on a slower machine
 test: $(STAMP) system-deps
-	pytest -q -n auto --dist loadfile tests
+	pytest -q -n auto --dist loadfile --durations=15 tests
 
 lint: $(STAMP)
 	snakefmt --check Snakefile rules/
