@@ -80,3 +80,18 @@ def test_the_conductor_runs_one_group_at_a_time_and_leaves_every_group_running()
         for p in procs.values():
             os.killpg(p.pid, signal.SIGKILL)
             p.wait()
+
+
+def test_a_group_gone_before_the_cell_leaves_no_other_group_frozen():
+    alive, gone = _spinner(), _spinner()
+    os.killpg(gone.pid, signal.SIGKILL)
+    gone.wait()
+    try:
+        with pytest.raises(ProcessLookupError):
+            with Conductor({"alive": alive.pid, "gone": gone.pid}, 0.05, ["alive", "gone"]):
+                pass
+        time.sleep(0.1)
+        assert _state(alive.pid) in {"R", "S"}
+    finally:
+        os.killpg(alive.pid, signal.SIGKILL)
+        alive.wait()

@@ -42,8 +42,12 @@ class Conductor:
         self._thread = threading.Thread(target=self._turns, name="conductor", daemon=True)
 
     def __enter__(self) -> Conductor:
-        for group in self.groups.values():
-            os.killpg(group, signal.SIGSTOP)
+        try:
+            for group in self.groups.values():
+                os.killpg(group, signal.SIGSTOP)
+        except ProcessLookupError:  # a server already gone: continue the ones frozen so far, the job reports it
+            self._continue_all()
+            raise
         self._thread.start()
         return self
 
@@ -51,6 +55,9 @@ class Conductor:
         self._stop.set()
         self._wake.set()
         self._thread.join()
+        self._continue_all()
+
+    def _continue_all(self) -> None:
         for group in self.groups.values():
             try:
                 os.killpg(group, signal.SIGCONT)
