@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import math
 import statistics
 from contextlib import ExitStack
@@ -28,7 +29,7 @@ from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts
 from workflow_scripts.client.records import cell_frame
 from workflow_scripts.client.rounds import seeded_order
 from workflow_scripts.client.run_cohort import cell_metrics
-from workflow_scripts.client.slicing import Conductor, to_running_clock
+from workflow_scripts.client.slicing import run_together, to_running_clock
 from workflow_scripts.launcher.command import ServerSpec, build_command
 from workflow_scripts.launcher.process import ServerProcess, free_port
 
@@ -53,18 +54,10 @@ async def _sequential(urls: dict[str, str], plan: CellPlan, prompts: list, rnd: 
 def _sliced(urls: dict[str, str], groups: dict[str, int], plan: CellPlan, prompts: list, rnd: int,
             slice_ms: float) -> dict[str, dict[str, float]]:
     order = seeded_order(list(urls), "schedule_ab", "sliced", rnd)
-    with Conductor(groups, slice_ms / 1000, order) as conductor:
-        async def one(name: str) -> tuple[str, CellResult]:
-            try:
-                return name, await run_cell_async(urls[name], plan, prompts, PARAMS, f"s{rnd}{name}")
-            finally:
-                conductor.done(name)
-
-        async def together() -> list[tuple[str, CellResult]]:
-            return await asyncio.gather(*(one(name) for name in order))
-
-        results = asyncio.run(together())
-    return {name: _metrics(result, name, plan.concurrency, conductor.intervals[name]) for name, result in results}
+    sends = {name: functools.partial(run_cell_async, urls[name], plan, prompts, PARAMS, f"s{rnd}{name}")
+             for name in order}
+    results, turns = run_together(groups, slice_ms / 1000, order, sends)
+    return {name: _metrics(result, name, plan.concurrency, turns[name]) for name, result in results.items()}
 
 
 def main() -> None:

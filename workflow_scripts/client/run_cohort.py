@@ -37,13 +37,13 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.analysis.output import atomic_write_text
-from workflow_scripts.client.cell import CellPlan, CellResult, run_cell, run_cell_async, sampling_params, seed_base
+from workflow_scripts.client.cell import CellPlan, CellResult, run_cell_async, sampling_params, seed_base
 from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
 from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
 from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
-from workflow_scripts.client.slicing import Conductor, run_share, to_running_clock
+from workflow_scripts.client.slicing import run_share, run_together, to_running_clock
 from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
 from workflow_scripts.machine import memory_speed_gbs, stream_bandwidth_gbs
 
@@ -189,34 +189,25 @@ class Cohort:
         groups = {m: lives[m].process.proc.pid for m in order}  # each server leads its own process group
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
-        with Conductor(groups, self.plan["slice_ms"] / 1000, order) as conductor:
-            results = asyncio.run(self.send_together(lives, spec, plans, round_, conductor))
+        sends = {m: functools.partial(self.send_sliced, lives[m], spec, plans[m], self.tag(spec, m, round_))
+                 for m in order}
+        results, turns = run_together(groups, self.plan["slice_ms"] / 1000, order, sends)
         wall_s = time.perf_counter() - t0
         for m in order:
             lives[m].process.check_alive()
         mem_gbs = math.sqrt(mem_before * memory_speed_gbs())
         for m in order:
             frame = self.frame(results[m], plans[m], cell, m, round_, start_ts, mem_gbs)
-            intervals = conductor.intervals[m]
-            frame = to_running_clock(frame, intervals)
-            frame["cell_run_share"] = run_share(intervals, t0, t0 + results[m].wall_s)
+            frame = to_running_clock(frame, turns[m])
+            frame["cell_run_share"] = run_share(turns[m], t0, t0 + results[m].wall_s)
             self.keep(frame, cell, m, round_, wall_s / len(order), results[m])
 
-    async def send_together(self, lives: dict[str, Live], spec: dict, plans: dict[str, CellPlan], round_: int,
-                            conductor: Conductor) -> dict[str, CellResult]:
-        async def one(member: str) -> tuple[str, CellResult]:
-            live = lives[member]
-            try:
-                return member, await run_cell_async(
-                    live.url, plans[member], self.prompts[spec["workload"]], sampling_params(spec["spec"]),
-                    self.tag(spec, member, round_), watchdog=functools.partial(watch, live.process, live.url))
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                live.process.raise_if_dead("died during a cell")
-                raise
-            finally:
-                conductor.done(member)  # its turns go to the members still measuring
-
-        return dict(await asyncio.gather(*(one(m) for m in plans)))
+    async def send_sliced(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
+        try:
+            return await self.send_cell_async(live, spec, plan, tag)
+        except (aiohttp.ClientError, asyncio.TimeoutError):  # as in measure: a server that died says so
+            live.process.raise_if_dead("died during a cell")
+            raise
 
     def check_supervisor(self) -> None:
         supervisor = self.args.supervisor_pid
@@ -260,8 +251,11 @@ class Cohort:
 
     def send_cell(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
         """Send one cell (measured or warm-up) with the liveness check beside it."""
-        return run_cell(live.url, plan, self.prompts[spec["workload"]], sampling_params(spec["spec"]), tag,
-                        watchdog=functools.partial(watch, live.process, live.url))
+        return asyncio.run(self.send_cell_async(live, spec, plan, tag))
+
+    async def send_cell_async(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
+        return await run_cell_async(live.url, plan, self.prompts[spec["workload"]], sampling_params(spec["spec"]),
+                                    tag, watchdog=functools.partial(watch, live.process, live.url))
 
     def warm(self, live: Live, member: str) -> None:
         """One unrecorded wave at the member's highest concurrency of each workload (benchmark.server_warmup)."""

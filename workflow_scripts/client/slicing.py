@@ -14,17 +14,20 @@ CUDA process is not something to rely on.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
+from typing import TypeVar
 
 import numpy as np
 import pandas as pd
 
 Interval = tuple[float, float]  # (continued, stopped), time.perf_counter() seconds
+T = TypeVar("T")
 
 
 class Conductor:
@@ -93,6 +96,24 @@ class Conductor:
         while (left := end - time.perf_counter()) > 0 and name not in self.finished and not self._stop.is_set():
             self._wake.wait(left)
             self._wake.clear()
+
+
+def run_together(groups: dict[str, int], slice_s: float, order: list[str],
+                 sends: dict[str, Callable[[], Awaitable[T]]]) -> tuple[dict[str, T], dict[str, list[Interval]]]:
+    """Run every member's cell at once, its server's group only in its turns: each member's result and its turns.
+    A member whose cell ends (or fails) leaves the turns at once, so the others are not kept waiting for it."""
+    with Conductor(groups, slice_s, order) as conductor:
+        async def one(member: str) -> tuple[str, T]:
+            try:
+                return member, await sends[member]()
+            finally:
+                conductor.done(member)
+
+        async def together() -> dict[str, T]:
+            return dict(await asyncio.gather(*(one(member) for member in order)))
+
+        results = asyncio.run(together())
+    return results, conductor.intervals
 
 
 def running_clock(intervals: list[Interval]):
