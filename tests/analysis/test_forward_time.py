@@ -38,10 +38,18 @@ def test_the_steady_window_is_read_where_the_cell_has_one_and_the_whole_cell_whe
     assert mixed.loc[0, "extend_share"] == pytest.approx(0.2)
 
 
-def test_a_time_sliced_cell_gives_no_forward_times():
-    """Its server was frozen mid-forward by the other members' turns: the seconds are not the forwards' own."""
+def test_a_time_sliced_cell_is_read_with_the_cpu_clock_and_has_no_forward_times_without_it():
+    """Its server was frozen mid-forward by the other members' turns: the wall seconds are not the forwards' own,
+    the engine thread's CPU seconds are."""
     alone = [{**row, "cell_run_share": None} for row in _cell(0, _metrics(4.0, 1.0, forwards=50, tokens=1000))]
-    sliced = [{**row, "cell_run_share": 0.5} for row in _cell(1, _metrics(40.0, 1.0, forwards=50, tokens=1000))]
+    wall_only = _metrics(40.0, 1.0, forwards=50, tokens=1000)
+    sliced = [{**row, "cell_run_share": 0.5} for row in _cell(1, wall_only)]
     times = forward_times(pd.DataFrame(alone + sliced))
-    assert times.loc[0, "decode_s_per_forward"] == pytest.approx(4.0 / 50)  # round 1 (sliced) left out
+    assert times.loc[0, "decode_s_per_forward"] == pytest.approx(4.0 / 50)  # round 1 (sliced, no CPU clock) left out
     assert forward_times(pd.DataFrame(sliced)).empty
+    cpu = json.loads(wall_only) | {"specstudy:decode_forward_cpu_seconds_total": 3.0,
+                                   "specstudy:extend_forward_cpu_seconds_total": 1.0,
+                                   "specstudy:mixed_forward_cpu_seconds_total": 0.0}
+    with_cpu = forward_times(pd.DataFrame([{**row, "window_server_metrics": json.dumps(cpu)} for row in sliced]))
+    assert with_cpu.loc[0, "decode_s_per_forward"] == pytest.approx(3.0 / 50)
+    assert with_cpu.loc[0, "extend_share"] == pytest.approx(1.0 / 4.0)

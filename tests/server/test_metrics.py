@@ -4,16 +4,23 @@ read through the study client's scrape/cell_deltas."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
 
 import aiohttp
 import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.server.conftest import REPO_ROOT, STARTUP_TIMEOUT_S, server_argv
 from workflow_scripts.client.prompts import Prompt
 from workflow_scripts.client.server_metrics import MetricsUnavailable, cell_deltas, scrape
+from workflow_scripts.client.slicing import Conductor
 from workflow_scripts.client.streaming import send
 from workflow_scripts.engine.types import FORWARD_MODES
+from workflow_scripts.launcher.process import ServerProcess, free_port
 
 STEPS = 2
 PARAMS = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 20, "ignore_eos": True}
@@ -81,6 +88,10 @@ def test_cell_deltas_match_the_requests_sent(metrics_server):
     seconds = {mode: d[f"specstudy:{mode}_forward_seconds_total"] for mode in FORWARD_MODES}
     assert seconds["decode"] > 0 and seconds["extend"] > 0 and seconds["mixed"] == 0
     assert sum(seconds.values()) <= max(r.end_ts for r in records) - min(r.send_ts for r in records)
+    # the engine thread's CPU time in them (the server runs one torch thread): never more than their wall time, and
+    # most of it on an idle core
+    cpu = {mode: d[f"specstudy:{mode}_forward_cpu_seconds_total"] for mode in FORWARD_MODES}
+    assert cpu["mixed"] == 0 and all(0 < cpu[mode] <= seconds[mode] * 1.01 for mode in ("decode", "extend"))
     # and their count: with 4 slots for 6 requests, at least 2 prefill-only forwards, and a decode forward for every
     # verify step of the longest request
     forwards = {mode: d[f"specstudy:{mode}_forwards_total"] for mode in FORWARD_MODES}
@@ -95,3 +106,29 @@ def test_scraping_a_server_without_metrics_names_the_url(plain_server):
 
     with pytest.raises(MetricsUnavailable, match="/metrics answered HTTP 404"):
         asyncio.run(go())
+
+
+def test_a_time_sliced_servers_cpu_clock_counts_only_its_turns(tiny_models, tmp_path):
+    """A sliced cell (client/slicing.py) freezes the server between its turns, often in the middle of a forward:
+    the forwards' wall time counts those freezes, the engine thread's CPU time does not (analysis/forward_time.py
+    reads a sliced cell with it)."""
+    port = free_port()
+    server = ServerProcess(server_argv(tiny_models["target"], port, "--enable-metrics", "--max-running-requests", "4"),
+                           tmp_path / "server.log", f"http://127.0.0.1:{port}", STARTUP_TIMEOUT_S,
+                           env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)})  # fmt: skip
+    other = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+    try:
+        server.start()
+        with Conductor({"server": server.proc.pid, "other": other.pid}, 0.03, ["server", "other"]) as conductor:
+            before, records, after = asyncio.run(_cell(server.base_url, 16))
+        assert all(r.error is None for r in records), [r.error for r in records]
+        d = cell_deltas(before, after)
+        ran = sum(end - start for start, end in conductor.intervals["server"])
+        wall = sum(d[f"specstudy:{mode}_forward_seconds_total"] for mode in FORWARD_MODES)
+        cpu = sum(d[f"specstudy:{mode}_forward_cpu_seconds_total"] for mode in FORWARD_MODES)
+        assert 0 < cpu <= ran * 1.05, (cpu, ran)  # the turns' length bounds the forwards' CPU time
+        assert wall > 1.5 * cpu, (wall, cpu)  # while freezes in the middle of forwards swell their wall time
+    finally:
+        server.stop()
+        os.killpg(other.pid, signal.SIGKILL)
+        other.wait()

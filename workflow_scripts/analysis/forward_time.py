@@ -14,8 +14,11 @@ forward also give what one speculative step (its drafting and its verify) costs 
 fitted step cost, measured. A mixed forward (prompt chunks in a decode batch, `--enable-mixed-chunk`) counts in
 the total only: its prefill's part is not known, so with mixing the prefill share is a lower bound.
 
-A time-sliced cell (client/slicing.py) has no forward times: its server was frozen in the middle of forwards, whose
-wall time the engine counts whole, so its seconds would carry the other members' turns.
+A time-sliced cell (client/slicing.py) is read with the engine thread's CPU clock instead
+(`specstudy:*_forward_cpu_seconds_total`): its server was frozen in the middle of forwards, whose wall time the
+engine counts whole, so the wall seconds carry the other members' turns, while the CPU clock stands still through
+them. The engine reports that clock only where its thread runs the forwards alone (one torch thread, the study's
+default); a sliced cell without it has no forward times.
 """
 
 from __future__ import annotations
@@ -28,17 +31,19 @@ import pandas as pd
 from workflow_scripts.engine.types import FORWARD_MODES
 
 GROUP = ["setting", "workload", "concurrency"]
+# the forward-time counters a cell is read with, by whether it was time-sliced
+CLOCKS = {False: "forward_seconds", True: "forward_cpu_seconds"}
 COLUMNS = [*GROUP, "extend_share", "extend_s_per_token", "decode_s_per_forward"]
 TOKENS = "sglang:generation_tokens_total"
 
 
-def _seconds(metrics: str | None) -> dict[str, float] | None:
-    """{mode: seconds}, the decode forwards and the cell's generated tokens from one cell's metrics JSON; None
-    without forward times."""
+def _seconds(metrics: str | None, clock: str) -> dict[str, float] | None:
+    """{mode: seconds} by `clock` (CLOCKS), the decode forwards and the cell's generated tokens from one cell's
+    metrics JSON; None without forward times."""
     if not isinstance(metrics, str):
         return None
     values = json.loads(metrics)
-    names = {mode: f"specstudy:{mode}_forward_seconds_total" for mode in FORWARD_MODES}
+    names = {mode: f"specstudy:{mode}_{clock}_total" for mode in FORWARD_MODES}
     names["decode_forwards"] = "specstudy:decode_forwards_total"
     if not all(name in values for name in names.values()) or not values.get(TOKENS):
         return None
@@ -52,11 +57,13 @@ def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
     sources = [name for name in ("window_server_metrics", "cell_server_metrics") if name in requests.columns]
     if not sources:
         return pd.DataFrame(columns=COLUMNS)
-    alone = requests["cell_run_share"].isna() if "cell_run_share" in requests.columns else slice(None)
-    cells = requests[alone].groupby([*GROUP, "repeat"], sort=True)[sources].first()
+    sliced = requests["cell_run_share"].notna() if "cell_run_share" in requests.columns else False
+    cells = requests.assign(clock=np.where(sliced, CLOCKS[True], CLOCKS[False]))
+    cells = cells.groupby([*GROUP, "repeat"], sort=True)[[*sources, "clock"]].first()
     rows = []
     for key, metrics in cells.iterrows():
-        seconds = next((found for name in sources if (found := _seconds(metrics[name])) is not None), None)
+        seconds = next((found for name in sources if (found := _seconds(metrics[name], metrics["clock"])) is not None),
+                       None)
         total = sum(seconds[mode] for mode in FORWARD_MODES) if seconds else 0.0
         if total > 0:
             per_forward = seconds["decode"] / seconds["decode_forwards"] if seconds["decode_forwards"] else np.nan

@@ -49,8 +49,8 @@ logger = logging.getLogger(__name__)
 ALGORITHMS = ("STANDALONE", "NGRAM")
 DEFAULT_CONTEXT_LENGTH = 2048
 THREADS_ENV = "SPECSTUDY_ENGINE_THREADS"
-# the per-mode totals the engine keeps: the wall time and the number of its forwards of each mode
-FORWARD_TOTALS = tuple(f"{mode}_{what}" for mode in FORWARD_MODES for what in ("seconds", "forwards"))
+# the per-mode totals the engine keeps: the wall time, the engine thread's CPU time and the number of its forwards
+FORWARD_TOTALS = tuple(f"{mode}_{what}" for mode in FORWARD_MODES for what in ("seconds", "cpu_seconds", "forwards"))
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default: bounds a prefill batch when chunking is off
 
 
@@ -182,6 +182,9 @@ class Engine:
         self._known: set[str] = set()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        # whether the engine thread's CPU clock holds a forward's whole work: only when torch computes on that
+        # thread alone; set by the thread itself (torch's thread count is per thread)
+        self._cpu_clock_whole: bool | None = None
         self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
                         "stall_forwards": 0, "prefill_tokens": 0, **dict.fromkeys(FORWARD_TOTALS, 0)}
 
@@ -265,15 +268,18 @@ class Engine:
             "total_prefill_tokens": t["prefill_tokens"],
             "total_forwards": sum(t[f"{mode}_forwards"] for mode in FORWARD_MODES),
             "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
-            # wall time and count of each kind of forward (total_mixed_forwards among them), drafting and verifying
+            # wall and CPU time and count of each kind of forward (total_mixed_forwards among them), drafting and verifying
             # included (SGLang's ForwardMode names): what share of a cell a speculative setting can speed up at all
             # (the prefill's is not), and what one speculative step costs against a plain decode step
             **{f"total_{name}": t[name] for name in FORWARD_TOTALS},
+            # the CPU seconds cover a forward only where torch runs it on the engine thread alone (one torch thread)
+            "forward_cpu_clock_whole": bool(self._cpu_clock_whole),
             "num_finished": t["finished"],
         }
 
     # ---- engine thread -------------------------------------------------------------------
     def _loop(self) -> None:
+        self._cpu_clock_whole = torch.get_num_threads() == 1
         with torch.inference_mode():
             while True:
                 with self._lock:
@@ -458,8 +464,10 @@ class Engine:
     def _forward(self, rows: list[PrefillRow], decode: bool) -> None:
         """One target forward: a decode (or draft-verify) segment over the running sequences when `decode`,
         plus the prompt chunks in `rows`. Prompts whose last chunk this was sample their first token and
-        join the running batch. Its wall time counts under its mode (FORWARD_MODES)."""
-        t0 = time.perf_counter()
+        join the running batch. Its wall time counts under its mode (FORWARD_MODES), and so does this thread's CPU
+        time: unlike the wall time, that clock stands still while the process is stopped (a time-sliced cell,
+        client/slicing.py) or waits for a core."""
+        t0, c0 = time.perf_counter(), time.thread_time()
         seqs = list(self._running) if decode else []
         segments: list[Segment] = []
         proposal = params = seeds = None
@@ -488,6 +496,7 @@ class Engine:
         mode = "mixed" if seqs and rows else "decode" if seqs else "extend"
         with self._lock:
             self._totals[f"{mode}_seconds"] += time.perf_counter() - t0
+            self._totals[f"{mode}_cpu_seconds"] += time.thread_time() - c0
             self._totals[f"{mode}_forwards"] += 1
         self._compact()
         self._deliver()

@@ -6,7 +6,8 @@ them. The scheduler's numbers are read from the engine process when /metrics is 
 interval since the previous scrape, as SGLang's scheduler reports them over its last logging interval) and the
 `spec_verify_calls_total` counter; and, under `specstudy:` names (SGLang has none), the wall time and the number of
 the target's decode, extend (prefill-only) and mixed forwards, from which the cost model takes the share of a cell that
-speculation cannot speed up.
+speculation cannot speed up, and their CPU time on the engine thread where that thread runs them alone (one torch
+thread): the clock a time-sliced cell is read with.
 """
 
 from __future__ import annotations
@@ -74,9 +75,14 @@ class _SchedulerCollector(Collector):
                                      labels=list(self._labels))  # fmt: skip
         verify.add_metric(list(self._labels.values()), self._stats["total_verify_ct"])
         yield verify
+        totals = [("seconds", "forward_seconds", "Wall time of the target's {} forwards (drafting and verifying "
+                   "included)."), ("forwards", "forwards", "Number of {} forwards.")]
+        if self._stats["forward_cpu_clock_whole"]:
+            totals.append(("cpu_seconds", "forward_cpu_seconds", "CPU time of the engine thread in the target's {} "
+                           "forwards: unlike the wall time, it stands still while the server is stopped or waits for "
+                           "a core."))
         for mode in FORWARD_MODES:  # no SGLang name: the embedded engine's own (SGLang has no per-mode forward time)
-            for what, name, doc in (("seconds", "forward_seconds", "Wall time of the target's {} forwards (drafting "
-                                     "and verifying included)."), ("forwards", "forwards", "Number of {} forwards.")):
+            for what, name, doc in totals:
                 family = CounterMetricFamily(f"specstudy:{mode}_{name}", doc.format(mode), labels=list(self._labels))
                 family.add_metric(list(self._labels.values()), self._stats[f"total_{mode}_{what}"])
                 yield family
