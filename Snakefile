@@ -24,6 +24,13 @@ include: "rules/benchmark.smk"
 include: "rules/analysis.smk"
 
 
+# gathering a setting's records from its cohorts only moves files: it runs where Snakemake runs, never as a cluster
+# job that would queue for a node
+localrules:
+    all,
+    requests,
+
+
 rule all:
     default_target: True
     input:

@@ -18,6 +18,7 @@ TEMPERATURE = {"synthetic": 0.0, "realistic": 0.7}
 TRUE_COSTS = CostFit(overhead=0.08, per_draft={1: 0.55, 4: 0.35, 16: 0.18, 64: 0.12})
 BASE_TOK_S = {1: 40.0, 4: 120.0, 16: 300.0, 64: 520.0}
 STEPS = {"steps1": 1, "steps2": 2, "steps3": 3, "steps4": 4}
+RHO = {"synthetic": 1.3, "realistic": 0.9}  # a speculative setting's prefill per token ÷ the baseline's
 
 
 def study_config(settings=STEPS, **analysis) -> StudyConfig:
@@ -39,22 +40,23 @@ def sample_histogram(rng: np.random.Generator, alphas: list[float], steps: int, 
 
 
 def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, requests_per_cell=12,
-                    prefill: dict[int, float] | None = None, rho: float = 1.0):
+                    prefill: dict[int, float] | None = None, rho: dict[str, float] | None = None):
     """Requests (with histograms) and a summary whose tok/s follow the model, with multiplicative noise. With
     ``prefill`` ({C: the baseline's prefill share}), speculation speeds up only the rest, its prefill costs ``rho``
-    times the baseline's, and each request carries its cell's forward times as the client records them."""
+    ({workload: ρ}, 1 by default)    times the baseline's, and each request carries its cell's forward times as the client records them."""
     req_rows, sum_rows = [], []
     for workload, alphas in ALPHAS.items():
         for conc, base in BASE_TOK_S.items():
             for setting, k in {"baseline": 0, **settings}.items():
                 share = (prefill or {}).get(conc, 0.0)
-                costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {conc: rho})
-                speedup = costs.speedup(expected_tokens(alphas, k), k, conc, share)
+                ratio = (rho or {}).get(workload, 1.0)
+                costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {(workload, conc): ratio})
+                speedup = costs.speedup(expected_tokens(alphas, k), k, workload, conc, share)
                 value = base * speedup * (1 + noise * rng.standard_normal())
                 tokens = 1000.0  # the cell's: its forward seconds at the baseline's speed are 1000 / base
                 decode_s = (1 - share) * tokens / base * (speedup if k == 0 else TRUE_COSTS.step_cost(k, conc)
                                                           / expected_tokens(alphas, k))
-                extend_s = share * tokens / base * (rho if k else 1.0)
+                extend_s = share * tokens / base * (ratio if k else 1.0)
                 # one decode forward per verify step: plain decode steps of the baseline's, each E_k tokens a row
                 forwards = tokens / conc / (expected_tokens(alphas, k) if k else 1.0)
                 metrics = json.dumps({"specstudy:decode_forward_seconds_total": decode_s,
@@ -215,18 +217,20 @@ def test_speedups_are_paired_by_round_so_drift_between_cohorts_does_not_bias_the
 
 def test_the_prefill_share_is_not_sped_up_and_the_forward_times_say_how_large_it_is():
     """Steps 1-3 measured where prefill-only forwards took 3-30% of the baseline's forward time (more at high C, as
-    on the embedded engine) and cost a speculative setting 1.15x the baseline's: with the forward times the fit
-    recovers the step costs and predicts steps 4; without them it counts the prefill as step cost."""
+    on the embedded engine) and cost a speculative setting 1.3x the baseline's on one workload and 0.9x on the other
+    (RHO): with the forward times the fit recovers the step costs and each workload's ratio and predicts steps 4;
+    without them it counts the prefill as step cost."""
     shares = {1: 0.03, 4: 0.08, 16: 0.18, 64: 0.30}
     measured = {"steps1": 1, "steps2": 2, "steps3": 3}
     requests, summary = synthetic_study(np.random.default_rng(5), settings=measured, noise=0.01, prefill=shares,
-                                        rho=1.15)
+                                        rho=RHO)
     cfg = study_config(measured, predict_max_steps=4)
     report = analyse(requests, summary, cfg)
     blind = analyse(requests.drop(columns="cell_server_metrics"), summary, cfg)
     for conc, share in shares.items():
         assert param(report.params, "prefill_share", workload="synthetic", concurrency=conc) == pytest.approx(share)
-        assert param(report.params, "prefill_ratio", concurrency=conc) == pytest.approx(1.15)
+        for workload, ratio in RHO.items():
+            assert param(report.params, "prefill_ratio", workload=workload, concurrency=conc) == pytest.approx(ratio)
         for k in (1, 2, 3):
             true = TRUE_COSTS.step_cost(k, conc)
             assert param(report.params, "spec_step_cost", concurrency=conc, position=k) == pytest.approx(true, rel=0.1)
@@ -239,6 +243,6 @@ def test_the_prefill_share_is_not_sped_up_and_the_forward_times_say_how_large_it
     steps4 = report.predictions[report.predictions["steps"] == 4].set_index(["workload", "concurrency"])
     for workload, alphas in ALPHAS.items():
         for conc, share in shares.items():
-            costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {conc: 1.15})
-            truth = BASE_TOK_S[conc] * costs.speedup(expected_tokens(alphas, 4), 4, conc, share)
+            costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {(workload, conc): RHO[workload]})
+            truth = BASE_TOK_S[conc] * costs.speedup(expected_tokens(alphas, 4), 4, workload, conc, share)
             assert steps4.loc[(workload, conc), "predicted_aggregate_tok_s"] == pytest.approx(truth, rel=0.05)

@@ -12,13 +12,13 @@ The model (Leviathan et al. 2023, with one α per draft position and a cost that
   draft's catch-up on the tokens the last verify committed, the acceptance bookkeeping);
 - speculation speeds up decode forwards only: where the server reports its forward time by mode (the embedded
   engine's ``specstudy:*_forward_seconds_total``, ``forward_time.py``), a share f of the baseline's forward time
-  went to prefill-only forwards, and a speculative setting's prefill costs ρ_C times the baseline's (its draft
-  prefills too, in more and smaller forwards);
-- so tok/s(k, C) = tok/s(baseline, C) ÷ ((1 − f)·r(k, C) ÷ E_k + f·ρ_C), for aggregate and per-request tok/s
+  went to prefill-only forwards, and a speculative setting's prefill costs ρ_{w,C} times the baseline's on workload
+  w (its draft prefills too, in more and smaller forwards);
+- so tok/s(k, C) = tok/s(baseline, C) ÷ ((1 − f)·r(k, C) ÷ E_k + f·ρ_{w,C}), for aggregate and per-request tok/s
   alike (Amdahl's law; f = 0 without forward times, which is the plain E_k ÷ r(k, C)).
 
 α comes from the requests' ``spec_correct_drafts_histogram``; f and each setting's ρ from the forward times;
-ρ_C is the median ρ of the fitted settings at C; o and s_C from the measured speedups by weighted least squares
+ρ_{w,C} is the median ρ of the fitted settings at that workload and C; o and s_C from the measured speedups by weighted least squares
 (r_obs = E_measured · (1 ÷ speedup − f·ρ) ÷ (1 − f), relative residuals) over settings × workloads × concurrency. The
 verify's and the draft's shares of s_C are not separable from throughput (both grow by one forward per draft);
 o is fitted only when at least two step counts are measured, else it is 0.
@@ -80,11 +80,13 @@ def expected_tokens(alphas: Sequence[float], steps: int) -> float:
 @dataclass(frozen=True)
 class CostFit:
     """r(k, C) = 1 + overhead + per_draft[C]·k plain decode steps per speculative step (k = 0: 1); a speculative
-    setting's prefill costs prefill_ratio[C] times the baseline's (1 where not measured)."""
+    setting's prefill costs prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload,
+    because what a prompt costs against the answer it precedes is the workload's (on the embedded engine the
+    synthetic workload's ratio was 1.2-1.5 where the realistic one's was 0.6-1.05, at the same C)."""
 
     overhead: float
     per_draft: dict[int, float]
-    prefill_ratio: dict[int, float] = field(default_factory=dict)
+    prefill_ratio: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def step_cost(self, steps: int, concurrency: int) -> float:
         if steps == 0:
@@ -93,11 +95,12 @@ class CostFit:
             return float("nan")
         return 1.0 + self.overhead + self.per_draft[concurrency] * steps
 
-    def speedup(self, tokens_per_verify: float, steps: int, concurrency: int, prefill_share: float) -> float:
+    def speedup(self, tokens_per_verify: float, steps: int, workload: str, concurrency: int,
+                prefill_share: float) -> float:
         """tok/s(k, C) ÷ tok/s(baseline, C): the decode share sped up by E_k ÷ r(k, C), the prefill share not."""
         if steps == 0:
             return 1.0
-        rho = self.prefill_ratio.get(concurrency, 1.0)
+        rho = self.prefill_ratio.get((workload, concurrency), 1.0)
         return 1.0 / ((1 - prefill_share) * self.step_cost(steps, concurrency) / tokens_per_verify
                       + prefill_share * rho)
 
@@ -106,8 +109,8 @@ def fit_costs(cells: pd.DataFrame) -> CostFit:
     """Weighted least squares of r_obs on (1, k at each C); cells: concurrency, steps, E, speedup, prefill_share,
     prefill_ratio. A cell whose prefill alone would take longer than its measured time (noise) is left out."""
     cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
-    prefill_ratio = {int(c): float(g.median()) for c, g in cells.groupby("concurrency")["prefill_ratio"]
-                     if g.notna().any()}
+    prefill_ratio = {(w, int(c)): float(g.median())
+                     for (w, c), g in cells.groupby(["workload", "concurrency"])["prefill_ratio"] if g.notna().any()}
     share, rho = cells["prefill_share"], cells["prefill_ratio"].fillna(1.0)
     r_obs = cells["tokens_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
     cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
@@ -301,8 +304,9 @@ def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
     out["tokens_per_verify"] = [expected_tokens(model.alphas[w], steps) if w in model.alphas else np.nan
                                 for w in base["workload"]]
     out["step_cost"] = [model.costs.step_cost(steps, int(c)) for c in base["concurrency"]]
-    out["predicted_speedup"] = [model.costs.speedup(e, steps, int(c), f) for e, c, f in
-                                zip(out["tokens_per_verify"], base["concurrency"], base["prefill_share"])]
+    out["predicted_speedup"] = [model.costs.speedup(e, steps, w, int(c), f) for e, w, c, f in
+                                zip(out["tokens_per_verify"], base["workload"], base["concurrency"],
+                                    base["prefill_share"])]
     for metric in METRIC_COLUMNS:
         out[f"predicted_{metric}"] = base[metric].to_numpy() * out["predicted_speedup"].to_numpy()
     return out
@@ -394,9 +398,9 @@ def parameter_table(source: str, model: Model, max_steps: int, cells: pd.DataFra
     rows += [{"source": source, "parameter": "prefill_share", "workload": r.workload, "concurrency": r.concurrency,
               "value": r.prefill_share, "note": "the baseline's prefill-only forwards, share of its forward time "
               "(not sped up by speculation)"} for r in base.itertuples(index=False) if r.prefill_share > 0]
-    rows += [{"source": source, "parameter": "prefill_ratio", "concurrency": c, "value": rho,
+    rows += [{"source": source, "parameter": "prefill_ratio", "workload": w, "concurrency": c, "value": rho,
               "note": "a speculative setting's prefill seconds per token ÷ the baseline's (median of the fitted ones)"}
-             for c, rho in model.costs.prefill_ratio.items()]
+             for (w, c), rho in model.costs.prefill_ratio.items()]
     rows += [{"source": source, "parameter": "measured_step_cost", "workload": r.workload, "concurrency": r.concurrency,
               "position": r.steps, "value": r.measured_step_cost,
               "note": f"`{r.setting}`: its seconds per decode forward ÷ the baseline's, from the engine's forward "
