@@ -82,7 +82,7 @@ class CostFit:
     """r(k, C) = 1 + overhead + per_draft[C]·k plain decode steps per speculative step (k = 0: 1); a speculative
     setting's prefill costs prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload,
     because what a prompt costs against the answer it precedes is the workload's (on the embedded engine the
-    synthetic workload's ratio was 1.2-1.5 where the realistic one's was 0.6-1.05, at the same C)."""
+    synthetic workload's ratio had a median of 1.25 over settings × C, the realistic one's 0.96)."""
 
     overhead: float
     per_draft: dict[int, float]

@@ -58,7 +58,10 @@ class BuildSettings:
     # "bfloat16" (autocast: ~2x faster than float32 on CPUs with AVX512-BF16 or AMX, but ~17x slower on an AVX2-only
     # CPU, where it is emulated), "float32", or "auto": bfloat16 where the CPU has native bf16, else float32
     train_dtype: str
-    num_threads: int  # fixed: the thread count changes float reduction order (1: robust on a shared CPU)
+    # fixed, so that a seed gives the same bytes on every machine: the thread count changes float reduction order.
+    # The default pair trains on 2: 1.7x faster than on 1 on a quiet 2-core AMD EPYC (float32), 1.66x slower than
+    # on 1 beside a process that kept one of its cores busy (2026-12-02, README "Model pair")
+    num_threads: int
     eval_tokens: int  # held-out tokens used for val loss, agreement and routing statistics
     greedy_eval_prompts: int  # held-out heads the target continues greedily (acceptance estimate)
     greedy_eval_tokens: int  # at most this many new tokens each
@@ -74,7 +77,7 @@ PRESETS: dict[str, BuildSettings] = {
         seq_len=256, batch_size=16, dense_steps=320, dense_lr=2e-3,
         moe_steps=6, moe_lr=5e-4, expert_noise=0.02, router_init_std=0.05, router_aux_loss_coef=0.01,
         distill_tokens=393216, distill_top_k=16, draft_steps=900, draft_lr=2e-3, warmup_steps=30, weight_decay=0.1,
-        train_dtype="auto", num_threads=1, eval_tokens=24576,
+        train_dtype="auto", num_threads=2, eval_tokens=24576,
         greedy_eval_prompts=12, greedy_eval_tokens=64,
     ),
     "smoke": BuildSettings(
