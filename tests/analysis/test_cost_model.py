@@ -43,7 +43,8 @@ def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, reques
                     prefill: dict[int, float] | None = None, rho: dict[str, float] | None = None):
     """Requests (with histograms) and a summary whose tok/s follow the model, with multiplicative noise. With
     ``prefill`` ({C: the baseline's prefill share}), speculation speeds up only the rest, its prefill costs ``rho``
-    ({workload: ρ}, 1 by default)    times the baseline's, and each request carries its cell's forward times as the client records them."""
+    ({workload: ρ}, 1 by default) times the baseline's, and each request carries its cell's forward times as the
+    client records them."""
     req_rows, sum_rows = [], []
     for workload, alphas in ALPHAS.items():
         for conc, base in BASE_TOK_S.items():

@@ -18,8 +18,9 @@ The model (Leviathan et al. 2023, with one α per draft position and a cost that
   alike (Amdahl's law; f = 0 without forward times, which is the plain E_k ÷ r(k, C)).
 
 α comes from the requests' ``spec_correct_drafts_histogram``; f and each setting's ρ from the forward times;
-ρ_{w,C} is the median ρ of the fitted settings at that workload and C; o and s_C from the measured speedups by weighted least squares
-(r_obs = E_measured · (1 ÷ speedup − f·ρ) ÷ (1 − f), relative residuals) over settings × workloads × concurrency. The
+ρ_{w,C} is the median ρ of the fitted settings at that workload and C; o and s_C from the measured speedups by
+weighted least squares (r_obs = E_measured · (1 ÷ speedup − f·ρ) ÷ (1 − f), relative residuals) over settings ×
+workloads × concurrency. The
 verify's and the draft's shares of s_C are not separable from throughput (both grow by one forward per draft);
 o is fitted only when at least two step counts are measured, else it is 0.
 

@@ -268,9 +268,9 @@ class Engine:
             "total_prefill_tokens": t["prefill_tokens"],
             "total_forwards": sum(t[f"{mode}_forwards"] for mode in FORWARD_MODES),
             "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
-            # wall and CPU time and count of each kind of forward (total_mixed_forwards among them), drafting and verifying
-            # included (SGLang's ForwardMode names): what share of a cell a speculative setting can speed up at all
-            # (the prefill's is not), and what one speculative step costs against a plain decode step
+            # wall and CPU time and count of each kind of forward (total_mixed_forwards among them), drafting and
+            # verifying included (SGLang's ForwardMode names): what share of a cell a speculative setting can speed up
+            # at all (the prefill's is not), and what one speculative step costs against a plain decode step
             **{f"total_{name}": t[name] for name in FORWARD_TOTALS},
             # the CPU seconds cover a forward only where torch runs it on the engine thread alone (one torch thread)
             "forward_cpu_clock_whole": bool(self._cpu_clock_whole),
