@@ -30,6 +30,12 @@ def server_argv(model: Path, port: int, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def server_process(model: Path, log_path: Path, port: int, *extra: str) -> ServerProcess:
+    """A server on 127.0.0.1:`port`, not yet started: for a test that needs its process (signals, process group)."""
+    return ServerProcess(server_argv(model, port, *extra), log_path, f"http://127.0.0.1:{port}", STARTUP_TIMEOUT_S,
+                         env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)})
+
+
 class Server:
     """A running server: its base URL and log, plus JSON helpers bounded in time."""
 
@@ -63,13 +69,7 @@ def start_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
     def start(model: Path, *extra: str) -> Server:
         port = free_port()
         log_path = log_dir / f"server_{port}.log"
-        proc = ServerProcess(
-            server_argv(model, port, *extra),
-            log_path,
-            f"http://127.0.0.1:{port}",
-            STARTUP_TIMEOUT_S,
-            env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)},
-        )
+        proc = server_process(model, log_path, port, *extra)
         proc.start()
         started.append(proc)
         return Server(proc.base_url, log_path)

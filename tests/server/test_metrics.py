@@ -14,13 +14,13 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.conftest import REPO_ROOT, STARTUP_TIMEOUT_S, server_argv
+from tests.server.conftest import server_process
 from workflow_scripts.client.prompts import Prompt
 from workflow_scripts.client.server_metrics import MetricsUnavailable, cell_deltas, scrape
 from workflow_scripts.client.slicing import Conductor
 from workflow_scripts.client.streaming import send
 from workflow_scripts.engine.types import FORWARD_MODES
-from workflow_scripts.launcher.process import ServerProcess, free_port
+from workflow_scripts.launcher.process import free_port
 
 STEPS = 2
 PARAMS = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 20, "ignore_eos": True}
@@ -112,10 +112,8 @@ def test_a_time_sliced_servers_cpu_clock_counts_only_its_turns(tiny_models, tmp_
     """A sliced cell (client/slicing.py) freezes the server between its turns, often in the middle of a forward:
     the forwards' wall time counts those freezes, the engine thread's CPU time does not (analysis/forward_time.py
     reads a sliced cell with it)."""
-    port = free_port()
-    server = ServerProcess(server_argv(tiny_models["target"], port, "--enable-metrics", "--max-running-requests", "4"),
-                           tmp_path / "server.log", f"http://127.0.0.1:{port}", STARTUP_TIMEOUT_S,
-                           env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)})  # fmt: skip
+    server = server_process(tiny_models["target"], tmp_path / "server.log", free_port(), "--enable-metrics",
+                            "--max-running-requests", "4")
     other = subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
     try:
         server.start()

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.server.conftest import REPO_ROOT, STARTUP_TIMEOUT_S, server_argv
+from tests.server.conftest import server_process
 from workflow_scripts.launcher.process import ServerProcess, free_port
 
 LONG = {"temperature": 0, "max_new_tokens": 2000, "ignore_eos": True}
@@ -25,13 +25,7 @@ IDLE_CPU_LIMIT_S = 0.15  # both processes together, over IDLE_WINDOW_S: an idle 
 @pytest.fixture
 def server(tiny_models, tmp_path) -> Iterator[ServerProcess]:
     port = free_port()
-    proc = ServerProcess(
-        server_argv(tiny_models["target"], port, "--max-running-requests", "2"),
-        tmp_path / "server.log",
-        f"http://127.0.0.1:{port}",
-        STARTUP_TIMEOUT_S,
-        env={"HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO_ROOT)},
-    )
+    proc = server_process(tiny_models["target"], tmp_path / "server.log", port, "--max-running-requests", "2")
     proc.start()
     yield proc
     proc.stop()
