@@ -167,11 +167,7 @@ class Cohort:
         cell_plan = self.cell_plan(live, spec, spec["warmup"], spec["measured"], metrics=live.spec.enable_metrics)
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
-        try:
-            result = self.send_cell(live, spec, cell_plan, tag)
-        except (aiohttp.ClientError, asyncio.TimeoutError):  # e.g. the /metrics scrape of a server that just died
-            live.process.raise_if_dead("died during a cell")
-            raise
+        result = asyncio.run(self.send_measured(live, spec, cell_plan, tag))
         live.process.check_alive()
         mem_gbs = math.sqrt(mem_before * memory_speed_gbs())  # the machine's phase around the cell
         frame = self.frame(result, cell_plan, cell, member, round_, start_ts, mem_gbs)
@@ -189,7 +185,7 @@ class Cohort:
         groups = {m: lives[m].process.proc.pid for m in order}  # each server leads its own process group
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
-        sends = {m: functools.partial(self.send_sliced, lives[m], spec, plans[m], self.tag(spec, m, round_))
+        sends = {m: functools.partial(self.send_measured, lives[m], spec, plans[m], self.tag(spec, m, round_))
                  for m in order}
         results, turns = run_together(groups, self.plan["slice_ms"] / 1000, order, sends)
         wall_s = time.perf_counter() - t0
@@ -202,10 +198,12 @@ class Cohort:
             frame["cell_run_share"] = run_share(turns[m], t0, t0 + results[m].wall_s)
             self.keep(frame, cell, m, round_, wall_s / len(order), results[m])
 
-    async def send_sliced(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
+    async def send_measured(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
+        """A measured cell, alone or sliced: a request error from a server that died (e.g. the /metrics scrape of
+        one that just did) is reported as its death, with its log."""
         try:
             return await self.send_cell_async(live, spec, plan, tag)
-        except (aiohttp.ClientError, asyncio.TimeoutError):  # as in measure: a server that died says so
+        except (aiohttp.ClientError, asyncio.TimeoutError):
             live.process.raise_if_dead("died during a cell")
             raise
 
@@ -249,11 +247,8 @@ class Cohort:
                         incremental=live.spec.incremental_streaming, api_key=live.spec.api_key, metrics=metrics,
                         seed_base=seed_base(spec["spec"]))
 
-    def send_cell(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
-        """Send one cell (measured or warm-up) with the liveness check beside it."""
-        return asyncio.run(self.send_cell_async(live, spec, plan, tag))
-
     async def send_cell_async(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
+        """Send one cell (measured or warm-up) with the liveness check beside it."""
         return await run_cell_async(live.url, plan, self.prompts[spec["workload"]], sampling_params(spec["spec"]),
                                     tag, watchdog=functools.partial(watch, live.process, live.url))
 
@@ -267,7 +262,7 @@ class Cohort:
         for spec in widest.values():
             c = spec["concurrency"]
             plan = self.cell_plan(live, spec, 0, c, metrics=False)
-            result = self.send_cell(live, spec, plan, f"{member}-{spec['workload']}-c{c}-warmup")
+            result = asyncio.run(self.send_cell_async(live, spec, plan, f"{member}-{spec['workload']}-c{c}-warmup"))
             live.process.check_alive()
             if errors := [r.error for r in result.records if r.error]:
                 raise RuntimeError(f"server warm-up of {member} ({spec['workload']}, concurrency {c}): {errors[0]}")
