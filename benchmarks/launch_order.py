@@ -1,0 +1,103 @@
+"""Does the server launched second measure faster? Two identical servers, their launch order swapped each launch.
+
+    python -m benchmarks.launch_order --model results/embedded-cpu/models/target \
+        [--launches 4] [--rounds 4] [--concurrency 16] [--slice-ms 30]
+
+The study's A/A twin came out faster than its control in 29 of 30 sliced cells over three runs (1-4% each), and
+the study then launched its servers in the same order every time, the control first. Here two servers of one
+setting, `a` and `b`, are started in the order a, b on even launches and b, a on odd ones, both warmed up as the
+study warms its servers (one torch thread each, as the study runs them), then measured on the study's sliced cell (`client/slicing.py`) for `--rounds` rounds.
+Prints per launch b ÷ a and second-started ÷ first-started (geometric mean over its rounds), then both over all
+launches with the 95% paired CI: if the start order is the cause, the second ratio stays on one side of 1 while the
+first flips sign with the launch order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import functools
+import math
+import statistics
+from contextlib import ExitStack
+from pathlib import Path
+
+from workflow_scripts.analysis.paired import paired_ratio
+from workflow_scripts.client.cell import CellPlan, run_cell_async
+from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts
+from workflow_scripts.client.records import cell_frame
+from workflow_scripts.client.rounds import seeded_order
+from workflow_scripts.client.run_cohort import cell_metrics
+from workflow_scripts.client.slicing import run_together, to_running_clock
+from workflow_scripts.launcher.command import ServerSpec, build_command
+from workflow_scripts.launcher.process import ServerProcess, free_port
+
+PARAMS = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 64, "ignore_eos": True}
+METRIC = "aggregate_tok_s"
+
+
+def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: list, rounds: int, slice_s: float,
+                   log_dir: Path, launch: int) -> list[dict[str, float]]:
+    """Start the servers in `order`, warm each up with one wave, then `rounds` sliced cells: {server: tok/s} each."""
+    with ExitStack() as stack:
+        urls, groups = {}, {}
+        for name in order:
+            port = free_port()
+            urls[name] = f"http://127.0.0.1:{port}"
+            server = stack.enter_context(ServerProcess(build_command(spec, {}, port),
+                                                       log_dir / f"launch{launch}-{name}.log", urls[name], 300))
+            groups[name] = server.proc.pid
+            warmup = CellPlan(plan.concurrency, 0, plan.concurrency, incremental=True)
+            asyncio.run(run_cell_async(urls[name], warmup, prompts, PARAMS, f"w{launch}{name}"))
+        out = []
+        for rnd in range(rounds):
+            turns_order = seeded_order(order, "launch_order", launch, rnd)
+            sends = {name: functools.partial(run_cell_async, urls[name], plan, prompts, PARAMS, f"{launch}{rnd}{name}")
+                     for name in turns_order}
+            results, turns = run_together(groups, slice_s, turns_order, sends)
+            out.append({name: cell_metrics(to_running_clock(
+                cell_frame(result, name, "synthetic", 0.0, plan.concurrency, 0, "launch_order", 0.0), turns[name]))[METRIC]
+                for name, result in results.items()})
+        return out
+
+
+def summary(label: str, pairs: list[tuple[float, float]]) -> str:
+    ctrl, cand = [p[0] for p in pairs], [p[1] for p in pairs]
+    p = paired_ratio(ctrl, cand)
+    gm = math.exp(statistics.mean(math.log(b / a) for a, b in pairs))
+    faster = sum(b > a for a, b in pairs)
+    return (f"{label}: geometric mean {gm:.3f}, {p.diff_pct:+.1f}% [{p.ci_low_pct:+.1f}, {p.ci_high_pct:+.1f}], "
+            f"above 1 in {faster} of {len(pairs)} rounds")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", type=Path, required=True, help="target model dir")
+    parser.add_argument("--launches", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=4, help="sliced cells per launch")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--slice-ms", type=float, default=30.0)
+    parser.add_argument("--log-dir", type=Path, default=Path("/tmp/launch_order"))
+    args = parser.parse_args()
+    if args.launches < 2 or args.rounds < 1 or args.concurrency < 1 or args.slice_ms <= 0:
+        parser.error("--launches must be >= 2, --rounds and --concurrency >= 1, --slice-ms > 0")
+    c = args.concurrency
+    plan = CellPlan(c, c, max(8, c), incremental=True)
+    prompts = synthetic_prompts(load_tokenizer(args.model), 64, 64, seed=1)
+    spec = ServerSpec("embedded", str(args.model), None, "127.0.0.1", 64, 0, num_threads=1, incremental_streaming=True)
+    by_name, by_start = [], []
+    for launch in range(args.launches):
+        order = ["a", "b"] if launch % 2 == 0 else ["b", "a"]
+        rounds = measure_launch(spec, order, plan, prompts, args.rounds, args.slice_ms / 1000, args.log_dir, launch)
+        by_name += [(r["a"], r["b"]) for r in rounds]
+        by_start += [(r[order[0]], r[order[1]]) for r in rounds]
+        print(f"launch {launch} (started {', '.join(order)}): " + "; ".join(
+            f"a {r['a']:.0f}, b {r['b']:.0f}" for r in rounds), flush=True)
+        print("  " + summary("b ÷ a", [(r["a"], r["b"]) for r in rounds]), flush=True)
+    print(f"\nC={c}, {args.launches} launches × {args.rounds} sliced rounds, {METRIC}")
+    print(summary("b ÷ a (the name)", by_name))
+    print(summary("second-started ÷ first-started", by_start))
+
+
+if __name__ == "__main__":
+    main()
