@@ -5,8 +5,9 @@
 
 The study's A/A twin came out faster than its control in 29 of 30 sliced cells over three runs (1-4% each), and
 the study then launched its servers in the same order every time, the control first. Here two servers of one
-setting, `a` and `b`, are started in the order a, b on even launches and b, a on odd ones, both warmed up as the
-study warms its servers (one torch thread each, as the study runs them), then measured on the study's sliced cell (`client/slicing.py`) for `--rounds` rounds.
+setting, `a` and `b` (one torch thread each, as the study runs them), are started in the order a, b on even
+launches and b, a on odd ones, each warmed up right after its start as the study does, then measured on the
+study's sliced cell (`client/slicing.py`) for `--rounds` rounds.
 Prints per launch b ÷ a and second-started ÷ first-started (geometric mean over its rounds), then both over all
 launches with the 95% paired CI: if the start order is the cause, the second ratio stays on one side of 1 while the
 first flips sign with the launch order.
@@ -55,9 +56,10 @@ def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: 
             sends = {name: functools.partial(run_cell_async, urls[name], plan, prompts, PARAMS, f"{launch}{rnd}{name}")
                      for name in turns_order}
             results, turns = run_together(groups, slice_s, turns_order, sends)
-            out.append({name: cell_metrics(to_running_clock(
-                cell_frame(result, name, "synthetic", 0.0, plan.concurrency, 0, "launch_order", 0.0), turns[name]))[METRIC]
-                for name, result in results.items()})
+            frames = {name: cell_frame(result, name, "synthetic", 0.0, plan.concurrency, 0, "launch_order", 0.0)
+                      for name, result in results.items()}
+            out.append({name: cell_metrics(to_running_clock(frame, turns[name]))[METRIC]
+                        for name, frame in frames.items()})
         return out
 
 

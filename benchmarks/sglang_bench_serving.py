@@ -17,8 +17,8 @@ It starts the embedded server twice, with cumulative and with incremental stream
 and against each runs `python -m sglang.bench_serving` with `--backend sglang` (/generate) and `--backend
 sglang-oai` (/v1/completions) on its `random-ids` dataset (random token ids: no download). It prints, per run,
 the requests completed, the errors bench_serving recorded, the output tokens it counted and those of the text it
-assembled from the stream (retokenized: a stream read wrongly shows here), output tok/s and TTFT, and exits 1 unless every request
-of every run completed without error.
+assembled from the stream (retokenized: a stream read wrongly shows here), output tok/s and TTFT, and exits 1
+unless every request of every run completed without error.
 """
 
 from __future__ import annotations

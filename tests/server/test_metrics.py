@@ -125,7 +125,11 @@ def test_a_time_sliced_servers_cpu_clock_counts_only_its_turns(tiny_models, tmp_
         wall = sum(d[f"specstudy:{mode}_forward_seconds_total"] for mode in FORWARD_MODES)
         cpu = sum(d[f"specstudy:{mode}_forward_cpu_seconds_total"] for mode in FORWARD_MODES)
         assert 0 < cpu <= ran * 1.05, (cpu, ran)  # the turns' length bounds the forwards' CPU time
-        assert wall > 1.5 * cpu, (wall, cpu)  # while freezes in the middle of forwards swell their wall time
+        # while a freeze in the middle of a forward swells its wall time by the other member's whole turn. How many
+        # of the ~10 freezes land in a forward depends on the host's other load (1.9-2.3x the CPU time on a quiet
+        # host, once under 1.5x beside another test worker), so the bound asks for one whole turn: no count of
+        # freezes, only that one was counted
+        assert wall - cpu >= conductor.slice_s, (wall, cpu)
     finally:
         server.stop()
         os.killpg(other.pid, signal.SIGKILL)
