@@ -21,6 +21,7 @@ include: "rules/scaleout.smk"
 include: "rules/models.smk"
 include: "rules/moe.smk"
 include: "rules/benchmark.smk"
+include: "rules/profile.smk"
 include: "rules/analysis.smk"
 
 

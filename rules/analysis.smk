@@ -1,5 +1,6 @@
 # Analysis and report: tables, plots, summary and study metadata from results/{study}/requests/*.parquet.
-# Needs from common.smk: config (validated), STUDY, RESULTS, ENGINE, COVERAGE and COHORT_BY_ID (the cohorts).
+# Needs from common.smk: config (validated), STUDY, RESULTS, ENGINE, COVERAGE and COHORT_BY_ID (the cohorts),
+# PROFILE and PROFILED.
 # Code: workflow_scripts/analysis/ (file lists and report() flags in rule_items.py).
 import functools
 import json
@@ -24,6 +25,8 @@ rule analysis_tables:
         ),
         meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
         external=[ext["path"] for ext in config["analysis"]["external"]],
+        # the cost model's step cost shape (rules/profile.smk), where the engine and the settings allow one
+        profile=[PROFILE] if PROFILED else [],
     output:
         **rule_items.table_outputs(RESULTS),
     log:
@@ -41,9 +44,13 @@ rule analysis_tables:
         code=ANALYSIS_CODE,
         cfg=rule_items.analysis_config_json(config),
         out_dir=lambda wildcards, output: os.path.dirname(output.summary_csv),
+        profile=lambda wildcards, input: (
+            f"--forward-profile {input.profile}" if input.profile else ""
+        ),
     shell:
         "python -m workflow_scripts.analysis.tables --config-json {params.cfg:q}"
-        " --requests {input.requests:q} --cohort-meta {input.meta:q} --out-dir {params.out_dir:q} > {log} 2>&1"
+        " --requests {input.requests:q} --cohort-meta {input.meta:q} {params.profile}"
+        " --out-dir {params.out_dir:q} > {log} 2>&1"
 
 
 rule analysis_plots:

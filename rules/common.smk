@@ -100,6 +100,25 @@ def benchmark_inputs(wildcards):
     return inputs
 
 
+# the forward profile (rules/profile.smk): the cost model's step cost shape, on the embedded engine
+PROFILE = f"{RESULTS}/profile/forward_profile.csv"
+# the settings whose step the profile times: a draft model's (an n-gram lookup has no draft forwards)
+DRAFTING = [
+    name
+    for name, args in config["settings"].items()
+    if str(args.get("speculative_algorithm", "")).upper() == "STANDALONE"
+]
+PROFILED = ENGINE == "embedded" and bool(DRAFTING)
+
+
+def profile_inputs(wildcards):
+    """The built pair, and the installed MoE configs when the drafting settings run `moe_config: tuned`."""
+    inputs = {"target": target_model(), "draft": draft_model()}
+    if any(config["settings"][name].get("moe_config") == "tuned" for name in DRAFTING):
+        inputs["moe"] = f"{RESULTS}/moe/installed.json"
+    return inputs
+
+
 def cohort_mem_mb(wildcards):
     """Memory of a cohort job: the client plus every server it may hold at once (~1 GB each on the embedded pair)."""
     return 2000 + 1000 * len(COHORT_BY_ID[wildcards.cohort].members)

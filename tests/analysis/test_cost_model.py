@@ -3,6 +3,7 @@ source without acceptance data in one line, and keeps flagged histograms out of 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -10,7 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.analysis.cost_model import MEASURED, CostFit, analyse, expected_tokens, geometric_alpha
+from workflow_scripts.analysis.cost_model import (MEASURED, CostFit, analyse, expected_tokens, geometric_alpha,
+                                                  profile_units)
 from workflow_scripts.analysis.study_config import StudyConfig
 
 ALPHAS = {"synthetic": [0.85, 0.75, 0.7, 0.65], "realistic": [0.6, 0.5, 0.45, 0.4]}
@@ -40,22 +42,23 @@ def sample_histogram(rng: np.random.Generator, alphas: list[float], steps: int, 
 
 
 def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, requests_per_cell=12,
-                    prefill: dict[int, float] | None = None, rho: dict[str, float] | None = None):
-    """Requests (with histograms) and a summary whose tok/s follow the model, with multiplicative noise. With
-    ``prefill`` ({C: the baseline's prefill share}), speculation speeds up only the rest, its prefill costs ``rho``
-    ({workload: ρ}, 1 by default) times the baseline's, and each request carries its cell's forward times as the
-    client records them."""
+                    prefill: dict[int, float] | None = None, rho: dict[str, float] | None = None,
+                    true: CostFit = TRUE_COSTS):
+    """Requests (with histograms) and a summary whose tok/s follow the model (``true``'s step costs), with
+    multiplicative noise. With ``prefill`` ({C: the baseline's prefill share}), speculation speeds up only the
+    rest, its prefill costs ``rho`` ({workload: ρ}, 1 by default) times the baseline's, and each request carries its
+    cell's forward times as the client records them."""
     req_rows, sum_rows = [], []
     for workload, alphas in ALPHAS.items():
         for conc, base in BASE_TOK_S.items():
             for setting, k in {"baseline": 0, **settings}.items():
                 share = (prefill or {}).get(conc, 0.0)
                 ratio = (rho or {}).get(workload, 1.0)
-                costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {(workload, conc): ratio})
+                costs = dataclasses.replace(true, prefill_ratio={(workload, conc): ratio})
                 speedup = costs.speedup(expected_tokens(alphas, k), k, workload, conc, share)
                 value = base * speedup * (1 + noise * rng.standard_normal())
                 tokens = 1000.0  # the cell's: its forward seconds at the baseline's speed are 1000 / base
-                decode_s = (1 - share) * tokens / base * (speedup if k == 0 else TRUE_COSTS.step_cost(k, conc)
+                decode_s = (1 - share) * tokens / base * (speedup if k == 0 else true.step_cost(k, conc)
                                                           / expected_tokens(alphas, k))
                 extend_s = share * tokens / base * (ratio if k else 1.0)
                 # one decode forward per verify step: plain decode steps of the baseline's, each E_k tokens a row
@@ -123,6 +126,57 @@ def test_unmeasured_steps_are_predicted_and_marked():
             4, row.concurrency)
         assert row.predicted_aggregate_tok_s == pytest.approx(truth, rel=0.12)
     assert any("Steps " in line or "not worth" in line for line in report.lines)
+
+
+# a forward profile's extra step cost u(k, C) = step cost − 1, k = 1..6: concave at C=1 (the distinct experts a
+# verify touches saturate), linear at C=16, convex at C=64 (the MoE compute-bound, a second pass past its block)
+PROFILE_UNITS = {1: [0.5 * k**0.5 for k in range(1, 7)], 4: [0.4 * k**0.8 for k in range(1, 7)],
+                 16: [0.3 * k for k in range(1, 7)], 64: [0.2 * k**1.5 for k in range(1, 7)]}
+
+
+def forward_profile(units: dict[int, list[float]]) -> pd.DataFrame:
+    return pd.DataFrame([{"concurrency": c, "steps": k, "seconds": 0.01 * (1 + (u[k - 1] if k else 0.0)),
+                          "step_cost": 1 + (u[k - 1] if k else 0.0)} for c, u in units.items() for k in range(7)])
+
+
+def test_a_forward_profile_shapes_the_step_cost_past_the_measured_steps():
+    """Cells made with a step cost that is not linear in k, measured at steps 1-3: the profile's shape predicts
+    steps 4 and 5 where a line through 1-3 cannot, and the fit recovers the profile's scale."""
+    units = {(c, k): u[k - 1] for c, u in PROFILE_UNITS.items() for k in range(1, 7)}
+    true = CostFit(overhead=0.0, per_draft={1: 1.3, 4: 1.1, 16: 0.9, 64: 0.8}, units=units)
+    measured = {"steps1": 1, "steps2": 2, "steps3": 3}
+    requests, summary = synthetic_study(np.random.default_rng(5), settings=measured, noise=0.01, true=true)
+    cfg = study_config(measured, predict_max_steps=5)
+    shaped = analyse(requests, summary, cfg, profile=forward_profile(PROFILE_UNITS))
+    linear = analyse(requests, summary, cfg)
+    assert any("Step cost: shaped by the engine's own step, profiled" in line for line in shaped.lines)
+    assert any("Step cost: linear in the drafts (no forward profile" in line for line in linear.lines)
+    for conc, scale in true.per_draft.items():
+        assert param(shaped.params, "per_draft_cost", concurrency=conc) == pytest.approx(scale, rel=0.15)
+    assert param(shaped.params, "fixed_overhead") == 0.0  # the profiled step holds its fixed part
+
+    def worst_error(report) -> float:
+        pred = report.predictions[report.predictions["steps"] >= 4]
+        truth = [BASE_TOK_S[c] * expected_tokens(ALPHAS[w], k) / true.step_cost(k, c)
+                 for w, c, k in pred[["workload", "concurrency", "steps"]].itertuples(index=False)]
+        return float((pred["predicted_aggregate_tok_s"] / truth - 1).abs().max())
+
+    # α at positions 4, 5 reuses α_3 (the truth's α_4 is lower), which bounds both fits from below
+    assert worst_error(shaped) < 0.10 < worst_error(linear)
+
+
+def test_a_forward_profile_missing_a_concurrency_leaves_the_step_cost_linear():
+    requests, summary = synthetic_study(np.random.default_rng(6), settings={"steps1": 1, "steps2": 2})
+    partial = forward_profile({c: u for c, u in PROFILE_UNITS.items() if c != 64})
+    report = analyse(requests, summary, study_config({"steps1": 1, "steps2": 2}), profile=partial)
+    assert any("Step cost: linear in the drafts (the forward profile lacks C=64)" in line for line in report.lines)
+
+
+def test_a_dip_in_the_profile_is_made_non_decreasing_in_k():
+    """More drafts never cost less: a noisy size below its neighbour is pooled with it (isotonic regression)."""
+    units, shape = profile_units(forward_profile({1: [0.5, 0.9, 0.7, 1.2, 1.3, 1.4]}), {1})
+    assert [units[(1, k)] for k in range(1, 7)] == pytest.approx([0.5, 0.8, 0.8, 1.2, 1.3, 1.4])
+    assert shape.startswith("shaped by the engine's own step")
 
 
 def test_external_without_acceptance_is_skipped_in_one_line():

@@ -7,9 +7,15 @@ The model (Leviathan et al. 2023, with one α per draft position and a cost that
 
 - tokens per verify with k drafts: E_k = 1 + Σ_{j=1..k} α_1·…·α_j, where α_j is the chance draft position j is
   accepted once the j−1 before it were (``acceptance.py``); positions past the measured ones reuse the last α;
-- one speculative step costs r(k, C) = 1 + o + s_C·k plain decode steps at the same concurrency: s_C is one
-  more draft position (a draft forward plus one more token in the verify), o a fixed overhead per step (the
-  draft's catch-up on the tokens the last verify committed, the acceptance bookkeeping);
+- one speculative step costs r(k, C) = 1 + o + s_C·u(k, C) plain decode steps at the same concurrency. Without
+  more knowledge u = k: each draft position adds a draft forward and one more token per row in the verify, s_C
+  plain decode steps, and o is a fixed overhead per step (the draft's catch-up on the tokens the last verify
+  committed, the acceptance bookkeeping). Where the engine's own step was profiled
+  (``profiling/forward_profile.py``: the embedded engine's seconds per decode forward at each C and k, in-process,
+  made non-decreasing in k), u(k, C) is the profiled step cost − 1, which holds the fixed part too (o = 0), and
+  s_C scales it to what the server pays in the study's cells. The step's cost is not linear in k: at C=64 the
+  verify's MoE turns compute-bound and its blocking adds a pass past 256 tokens, and a line through steps 1-3
+  misses steps 4 and 5;
 - speculation speeds up decode forwards only: where the server reports its forward time by mode (the embedded
   engine's ``specstudy:*_forward_seconds_total``, ``forward_time.py``), a share f of the baseline's forward time
   went to prefill-only forwards, and a speculative setting's prefill costs ρ_{w,C} times the baseline's on workload
@@ -22,7 +28,7 @@ The model (Leviathan et al. 2023, with one α per draft position and a cost that
 weighted least squares (r_obs = E_measured · (1 ÷ speedup − f·ρ) ÷ (1 − f), relative residuals) over settings ×
 workloads × concurrency. The
 verify's and the draft's shares of s_C are not separable from throughput (both grow by one forward per draft);
-o is fitted only when at least two step counts are measured, else it is 0.
+o is fitted only when at least two step counts are measured and no profile shapes the step, else it is 0.
 
 Validation: leave one setting out, fit α and costs on the others, predict its cells; the 80th percentile of the
 absolute errors is the *stated error* printed beside every prediction.
@@ -42,12 +48,14 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from scipy.optimize import isotonic_regression
 
 from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
 from workflow_scripts.analysis.forward_time import attach, forward_times
 from workflow_scripts.analysis.improvement import improvements
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import improvement_values
+from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +64,7 @@ GOAL_ERROR_PCT = 10.0  # the issue's goal: |LOO error| <= 10% ...
 GOAL_SHARE = 0.8  # ... in >= 80% of the speculative cells
 STATED_QUANTILE = 0.8
 NOISE_FLOOR_FILE = "noise_floor.json"
+PROFILE_FILE = "profile/forward_profile.csv"  # in the study's results dir (rules/profile.smk)
 STEPS_KEYS = ("speculative_num_steps", "speculative_num_draft_tokens")
 METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_s": "per_request_tok_s_median"}
 
@@ -80,21 +89,23 @@ def expected_tokens(alphas: Sequence[float], steps: int) -> float:
 
 @dataclass(frozen=True)
 class CostFit:
-    """r(k, C) = 1 + overhead + per_draft[C]·k plain decode steps per speculative step (k = 0: 1); a speculative
-    setting's prefill costs prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload,
-    because what a prompt costs against the answer it precedes is the workload's (on the embedded engine the
-    synthetic workload's ratio had a median of 1.25 over settings × C, the realistic one's 0.96)."""
+    """r(k, C) = 1 + overhead + per_draft[C]·u(k, C) plain decode steps per speculative step (k = 0: 1), u from
+    ``units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a speculative setting's prefill costs
+    prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload, because what a prompt
+    costs against the answer it precedes is the workload's (on the embedded engine the synthetic workload's ratio
+    had a median of 1.25 over settings × C, the realistic one's 0.96)."""
 
     overhead: float
     per_draft: dict[int, float]
     prefill_ratio: dict[tuple[str, int], float] = field(default_factory=dict)
+    units: dict[tuple[int, int], float] = field(default_factory=dict)
 
     def step_cost(self, steps: int, concurrency: int) -> float:
         if steps == 0:
             return 1.0
         if concurrency not in self.per_draft:
             return float("nan")
-        return 1.0 + self.overhead + self.per_draft[concurrency] * steps
+        return 1.0 + self.overhead + self.per_draft[concurrency] * draft_units(self.units, steps, concurrency)
 
     def speedup(self, tokens_per_verify: float, steps: int, workload: str, concurrency: int,
                 prefill_share: float) -> float:
@@ -106,9 +117,36 @@ class CostFit:
                       + prefill_share * rho)
 
 
-def fit_costs(cells: pd.DataFrame) -> CostFit:
-    """Weighted least squares of r_obs on (1, k at each C); cells: concurrency, steps, E, speedup, prefill_share,
-    prefill_ratio. A cell whose prefill alone would take longer than its measured time (noise) is left out."""
+def draft_units(units: dict[tuple[int, int], float], steps: int, concurrency: int) -> float:
+    """u(k, C): a step's extra work in draft positions, the profiled step cost − 1 (NaN past the profile), or k."""
+    if not units:
+        return float(steps)
+    return units.get((concurrency, steps), float("nan"))
+
+
+def profile_units(profile: pd.DataFrame | None, concurrencies: set[int]) -> tuple[dict[tuple[int, int], float], str]:
+    """(u per (C, k) from a forward profile, a line saying what the step cost is shaped by): empty, and linear in
+    k, without a profile or where it lacks one of the measured concurrencies."""
+    if profile is None or profile.empty:
+        return {}, "linear in the drafts (no forward profile of the engine)"
+    missing = sorted(concurrencies - set(profile["concurrency"].astype(int)))
+    if missing:
+        return {}, (f"linear in the drafts (the forward profile lacks C={', '.join(map(str, missing))})")
+    units = {}
+    for c, g in profile.sort_values("steps").groupby("concurrency"):
+        # a step of more drafts never costs less: the medians are made non-decreasing in k, so that one noisy
+        # size cannot bend the curve the predictions follow
+        cost = isotonic_regression(g["step_cost"].to_numpy(dtype="float64")).x
+        units |= {(int(c), int(k)): float(v) - 1 for k, v in zip(g["steps"], cost) if k > 0}
+    return units, (f"shaped by the engine's own step, profiled in-process (steps 1–{int(profile['steps'].max())} "
+                   "at each C), its scale fitted")
+
+
+def fit_costs(cells: pd.DataFrame, units: dict[tuple[int, int], float] | None = None) -> CostFit:
+    """Weighted least squares of r_obs on (1, u(k, C) at each C), without the 1 where a profile gives u (it holds
+    the step's fixed part); cells: concurrency, steps, E, speedup, prefill_share, prefill_ratio. A cell whose
+    prefill alone would take longer than its measured time (noise) is left out."""
+    units = units or {}
     cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
     prefill_ratio = {(w, int(c)): float(g.median())
                      for (w, c), g in cells.groupby(["workload", "concurrency"])["prefill_ratio"] if g.notna().any()}
@@ -116,16 +154,17 @@ def fit_costs(cells: pd.DataFrame) -> CostFit:
     r_obs = cells["tokens_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
     cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
     if cells.empty:
-        return CostFit(0.0, {}, prefill_ratio)
+        return CostFit(0.0, {}, prefill_ratio, units)
     concs = sorted(cells["concurrency"].unique())
-    with_overhead = cells["steps"].nunique() >= 2
+    with_overhead = cells["steps"].nunique() >= 2 and not units
+    u = np.array([draft_units(units, int(k), int(c)) for k, c in zip(cells["steps"], cells["concurrency"])])
     columns = [np.ones(len(cells))] if with_overhead else []
-    columns += [np.where(cells["concurrency"] == c, cells["steps"], 0.0) for c in concs]
+    columns += [np.where(cells["concurrency"] == c, u, 0.0) for c in concs]
     design = np.column_stack(columns) / r_obs[:, None]  # relative residuals: (r_obs - r) / r_obs
     coef, *_ = np.linalg.lstsq(design, (r_obs - 1) / r_obs, rcond=None)
     overhead = float(coef[0]) if with_overhead else 0.0
     per_draft = dict(zip((int(c) for c in concs), (float(x) for x in coef[1 if with_overhead else 0:])))
-    return CostFit(overhead, per_draft, prefill_ratio)
+    return CostFit(overhead, per_draft, prefill_ratio, units)
 
 
 # ---- the study's data in the model's terms ----------------------------------------------------------------------
@@ -153,6 +192,8 @@ class SourceData:
     counts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # histograms: setting -> workload -> (accepted,
     # reached) per position
     geometric: bool  # α from accept_length under one α for all positions (external data), not from histograms
+    units: dict[tuple[int, int], float] = field(default_factory=dict)  # profile_units: u(k, C), or {} (linear)
+    shape: str = "linear in the drafts"  # what the step cost is shaped by (profile_units)
 
     def alphas_from(self, settings: Sequence[str], workload: str) -> list[float]:
         """α per position pooled over the given settings (counts summed; geometric sources: the mean α)."""
@@ -233,10 +274,12 @@ def _paired_speedups(rounds: pd.DataFrame, baseline: str) -> dict[tuple[str, str
 
 
 def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str],
-                  rounds: pd.DataFrame | None = None, shares: pd.DataFrame | None = None) -> SourceData:
+                  rounds: pd.DataFrame | None = None, shares: pd.DataFrame | None = None,
+                  profile: pd.DataFrame | None = None) -> SourceData:
     """The measured cells of the baseline and the family, with tokens per verify from the valid histograms,
-    speedups paired by round when ``rounds`` (metrics.cell_table) is given, and the prefill's share of the forward
-    time and the measured step cost where ``shares`` (forward_time.forward_times) has them."""
+    speedups paired by round when ``rounds`` (metrics.cell_table) is given, the prefill's share of the forward
+    time and the measured step cost where ``shares`` (forward_time.forward_times) has them, and the step cost's
+    shape from the engine's forward ``profile`` (profiling/forward_profile.py) when the family drafts with a model."""
     rows = summary[(summary["source"] == MEASURED) & summary["setting"].isin([cfg.baseline, *family])]
     cells = _cells_frame(rows, cfg, aggregate_ci_low=rows["aggregate_tok_s_ci_low"],
                          aggregate_ci_high=rows["aggregate_tok_s_ci_high"])
@@ -251,7 +294,13 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
         acc, rea, _ = position_counts(np.stack(g["histogram"].to_numpy()))
         counts.setdefault(setting, {})[workload] = (acc.sum(axis=0), rea.sum(axis=0))
     cells = attach(_with_speedup(cells, cfg.baseline, rounds), shares, cfg.baseline)
-    return SourceData(MEASURED, cells, {}, counts, geometric=False)
+    algorithms = {str(cfg.settings[s].get("speculative_algorithm", "")).upper() for s in family}
+    if profile is not None and algorithms != {"STANDALONE"}:
+        units, shape = {}, f"linear in the drafts (the forward profile times a STANDALONE step; the family runs " \
+                           f"{', '.join(sorted(algorithms))})"
+    else:
+        units, shape = profile_units(profile, set(cells["concurrency"]))
+    return SourceData(MEASURED, cells, {}, counts, geometric=False, units=units, shape=shape)
 
 
 def geometric_alpha(accept_length: float, steps: int) -> float:
@@ -295,7 +344,7 @@ def fit(data: SourceData, settings: Sequence[str]) -> Model:
     train = data.cells[data.cells["setting"].isin(settings)]
     workloads = sorted(data.cells["workload"].unique())
     alphas = {w: data.alphas_from(settings, w) for w in workloads}
-    return Model({w: a for w, a in alphas.items() if a}, fit_costs(train))
+    return Model({w: a for w, a in alphas.items() if a}, fit_costs(train, data.units))
 
 
 def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
@@ -392,7 +441,9 @@ def parameter_table(source: str, model: Model, max_steps: int, cells: pd.DataFra
                  "note": overhead_note})
     for c, s in model.costs.per_draft.items():
         rows.append({"source": source, "parameter": "per_draft_cost", "concurrency": c, "value": s,
-                     "note": "plain decode steps per draft position (draft forward + one more verified token)"})
+                     "note": "the profiled step cost's extra work scaled to the server's (1: as profiled)"
+                     if model.costs.units else
+                     "plain decode steps per draft position (draft forward + one more verified token)"})
         rows += [{"source": source, "parameter": "spec_step_cost", "concurrency": c, "position": k,
                   "value": model.costs.step_cost(k, c), "note": f"one step with {k} drafts, in plain decode steps"}
                  for k in range(1, max_steps + 1)]
@@ -446,10 +497,11 @@ def read_noise_floor(path: Path) -> tuple[float | None, str]:
 
 def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
             noise_floor_pct: float | None = None, noise_floor_text: str = "unknown",
-            rounds: pd.DataFrame | None = None) -> CostModelReport:
+            rounds: pd.DataFrame | None = None, profile: pd.DataFrame | None = None) -> CostModelReport:
     """Acceptance by position, and the cost model for every source that has what it needs (else one line why).
 
-    ``rounds`` (metrics.cell_table of the measured requests) pairs the measured speedups by round."""
+    ``rounds`` (metrics.cell_table of the measured requests) pairs the measured speedups by round; ``profile``
+    (profiling/forward_profile.py) shapes the measured family's step cost."""
     hist = check_histograms(requests, cfg.steps)
     report = CostModelReport(acceptance=acceptance_by_position(hist, cfg.bootstrap))
     lines = report.lines
@@ -467,7 +519,8 @@ def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
         if reason:
             lines.append(f"- Cost model, {source}: skipped: {reason}.")
             continue
-        data = (measured_data(summary, hist, cfg, family, rounds, forward_times(requests)) if source == MEASURED
+        data = (measured_data(summary, hist, cfg, family, rounds, forward_times(requests), profile)
+                if source == MEASURED
                 else external_data(summary, source, cfg, family))
         model = fit(data, family)
         validation = leave_one_out(data, family)
@@ -504,6 +557,7 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
                   error_pct: float, pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
     lines = [f"- Cost model, {source}: fitted on {', '.join(f'`{s}`' for s in family)}"
              + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else "") + "."]
+    lines.append(f"  - Step cost: {data.shape}.")
     if data.geometric:
         lines.append(f"  - From accept_length alone: one α for every draft position (no per-position acceptance), "
                      f"no CIs (no repeats); steps past the measured ones assume that α holds.")
@@ -632,6 +686,20 @@ def add_predicted_best(recommendation: pd.DataFrame, report: CostModelReport, cf
     return out
 
 
+def read_profile(path: Path | None, required: bool = True) -> pd.DataFrame | None:
+    """A forward profile (profiling/forward_profile.py's CSV); None where there is none and none was required."""
+    if path is None or (not required and not path.is_file()):
+        return None
+    try:
+        profile = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError) as err:
+        raise ValueError(f"{path}: not a forward profile ({err})") from err
+    if missing := [c for c in FORWARD_PROFILE_COLUMNS if c not in profile.columns]:
+        raise ValueError(f"{path}: column(s) {', '.join(missing)} missing (a forward profile has "
+                         f"{', '.join(FORWARD_PROFILE_COLUMNS)})")
+    return profile
+
+
 # ---- command line -----------------------------------------------------------------------------------------------
 def _study_config(study: Path, config_json: str | None) -> StudyConfig:
     if config_json:
@@ -654,6 +722,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--predict-steps", type=int, nargs="*", default=None,
                         help="print these step counts (default: 1..analysis.predict_max_steps)")
     parser.add_argument("--out", type=Path, default=None, help="also write the predictions as CSV here")
+    parser.add_argument("--forward-profile", type=Path, default=None,
+                        help=f"the engine's forward profile (default: {PROFILE_FILE} in the study, where present)")
+    parser.add_argument("--linear-step-cost", action="store_true",
+                        help="fit the step cost linear in the drafts even where a forward profile exists (to compare)")
     parser.add_argument("--leave-out", nargs="+", default=[], metavar="SETTING",
                         help="fit and predict as if these settings had not been measured (a prediction to check "
                              "against them afterwards)")
@@ -673,11 +745,13 @@ def main(argv: list[str] | None = None) -> int:
         rounds = cell_table(requests)
         summary = pd.concat([summarize_measured(requests, rounds, cfg.bootstrap),
                              summarize_external(load_externals(cfg))], ignore_index=True)
+        profile = None if args.linear_step_cost else read_profile(args.forward_profile or args.study / PROFILE_FILE,
+                                                                   required=bool(args.forward_profile))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     floor, floor_text = read_noise_floor(args.study / "tables" / NOISE_FLOOR_FILE)
-    report = analyse(requests, summary, cfg, floor, floor_text, rounds)
+    report = analyse(requests, summary, cfg, floor, floor_text, rounds, profile)
     print(report.markdown)
     pred = report.predictions
     if args.predict_steps:

@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from workflow_scripts.analysis.cost_model import CostModelReport, add_predicted_best, analyse, floor_text
+from workflow_scripts.analysis.cost_model import CostModelReport, add_predicted_best, analyse, floor_text, read_profile
 from workflow_scripts.analysis.external import load_external
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
 from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
@@ -134,8 +134,10 @@ class StudyTables:
         atomic_write_text(out_dir / "noise_floor.json", json.dumps(self.noise_floor, indent=1) + "\n")
 
 
-def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = ()) -> StudyTables:
-    """Compute all tables from the per-request files, the cohorts' meta files and the configured external CSVs."""
+def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = (),
+          profile_path: Path | None = None) -> StudyTables:
+    """Compute all tables from the per-request files, the cohorts' meta files, the configured external CSVs and
+    the engine's forward profile (the cost model's step cost shape) where one was made."""
     with tqdm(total=6, desc="analysis tables", unit="step") as steps:
         all_requests = add_request_metrics(load_requests(request_paths))
         all_cells = cell_table(all_requests)
@@ -155,7 +157,7 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         steps.update()
         scores = score_table(requests, cells, cfg)
         steps.update()
-        cost = analyse(requests, summary, cfg, *floor_text(floor), rounds=cells)
+        cost = analyse(requests, summary, cfg, *floor_text(floor), rounds=cells, profile=read_profile(profile_path))
         steps.update()
         tables = StudyTables(
             summary=summary, cells=all_cells, improvement=improvement,
@@ -173,11 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config-json", required=True, help="study config as JSON (settings, workloads, analysis)")
     parser.add_argument("--requests", nargs="+", type=Path, required=True, help="requests/{setting}.parquet files")
     parser.add_argument("--cohort-meta", nargs="*", type=Path, default=[], help="benchmark/{cohort}.json files")
+    parser.add_argument("--forward-profile", type=Path, default=None,
+                        help="the embedded engine's forward profile (profiling/forward_profile.py), where made")
     parser.add_argument("--out-dir", type=Path, required=True)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     try:
-        tables = build(StudyConfig.from_json(args.config_json), args.requests, args.cohort_meta)
+        tables = build(StudyConfig.from_json(args.config_json), args.requests, args.cohort_meta, args.forward_profile)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,67 @@
+"""The forward profile reads the real engine's own decode-forward counters over the stretch where every row of a
+cell decodes (tiny pair, in-process), and writes the table the cost model reads."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS
+from workflow_scripts.profiling.forward_profile import engines, full_batch_steps, main, seconds_per_step
+
+NEW_TOKENS = 9
+
+
+@pytest.fixture(scope="module")
+def pair_engines(target_dir, dense_draft_dir):
+    running = engines(target_dir, dense_draft_dir, 3, 4, 1, "auto")
+    yield running
+    for engine in running.values():
+        engine.stop()
+
+
+@pytest.mark.parametrize("steps", [0, 1, 3])
+def test_the_window_counts_the_forwards_where_every_row_decodes(pair_engines, steps):
+    prompts = [[5 + i, 9, 13, 17 + i] for i in range(3)]
+    seconds, forwards = full_batch_steps(pair_engines[steps], prompts, NEW_TOKENS)
+    assert seconds > 0
+    if steps == 0:
+        # the prefill gives every row its first token; each decode forward one more, and the first row finishes
+        # with its last: the drain after it is not counted
+        assert forwards == NEW_TOKENS - 1
+    else:
+        # a verify commits 1..k+1 tokens a row, so the first row finishes within these many forwards
+        assert math.ceil((NEW_TOKENS - 1) / (steps + 1)) <= forwards <= NEW_TOKENS - 1
+
+
+def test_a_measurement_repeats_the_cell_until_it_holds_min_seconds(pair_engines):
+    engine, prompts = pair_engines[0], [[5, 9, 13, 17]]
+    one, _ = full_batch_steps(engine, prompts, NEW_TOKENS)
+    before = engine.stats()["total_decode_forwards"]
+    seconds_per_step(engine, prompts, NEW_TOKENS, min_seconds=5 * one)
+    cells = (engine.stats()["total_decode_forwards"] - before) / (NEW_TOKENS - 1)  # the plain engine: N-1 a cell
+    assert cells >= 3  # ~5 cells' worth of windows (their length varies with the host)
+
+
+def test_the_cli_writes_one_row_per_concurrency_and_steps(target_dir, dense_draft_dir, tmp_path):
+    out = tmp_path / "profile" / "forward_profile.csv"
+    main(["--target", str(target_dir), "--draft", str(dense_draft_dir), "--concurrency", "4", "1",
+          "--max-steps", "2", "--repeats", "2", "--new-tokens", "8", "--min-seconds", "0", "--out", str(out)])
+    table = pd.read_csv(out)
+    assert list(table.columns) == list(FORWARD_PROFILE_COLUMNS)
+    assert sorted(zip(table.concurrency, table.steps)) == [(c, k) for c in (1, 4) for k in range(3)]
+    assert (table["seconds"] > 0).all()
+    for c, g in table.groupby("concurrency"):  # a step's seconds ÷ the plain step's at the same concurrency
+        base = float(g.loc[g["steps"] == 0, "seconds"].iloc[0])
+        assert g["step_cost"].to_numpy() == pytest.approx(g["seconds"].to_numpy() / base)
+        assert float(g.loc[g["steps"] == 0, "step_cost"].iloc[0]) == 1.0
+
+
+def test_a_bad_flag_fails_naming_it(target_dir, dense_draft_dir, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--target", str(target_dir), "--draft", str(dense_draft_dir), "--concurrency", "0",
+              "--out", str(tmp_path / "p.csv")])
+    assert "--concurrency must be >= 1, got 0" in capsys.readouterr().err
+    assert not (tmp_path / "p.csv").exists()
