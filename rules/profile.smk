@@ -25,6 +25,8 @@ rule forward_profile:
     params:
         concurrency=" ".join(map(str, config["benchmark"]["concurrency"])),
         max_steps=config["analysis"]["predict_max_steps"],
+        repeats=config["analysis"]["step_profile"]["repeats"],
+        min_seconds=config["analysis"]["step_profile"]["min_seconds"],
         # the torch threads each server runs with
         torch_threads=lambda wildcards, threads: config["server"]["num_threads"]
         or threads,
@@ -35,4 +37,5 @@ rule forward_profile:
     shell:
         "python -m workflow_scripts.profiling.forward_profile --target {input.target:q} --draft {input.draft:q}"
         " --concurrency {params.concurrency} --max-steps {params.max_steps} --threads {params.torch_threads}"
+        " --repeats {params.repeats} --min-seconds {params.min_seconds}"
         " {params.moe} --out {output:q} 2> {log}"
