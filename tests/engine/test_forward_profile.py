@@ -48,12 +48,12 @@ def test_a_measurement_repeats_the_cell_until_it_holds_min_seconds(pair_engines)
 def test_the_cli_writes_one_row_per_concurrency_and_steps(target_dir, dense_draft_dir, tmp_path):
     out = tmp_path / "profile" / "forward_profile.csv"
     main(["--target", str(target_dir), "--draft", str(dense_draft_dir), "--concurrency", "4", "1",
-          "--max-steps", "2", "--repeats", "2", "--new-tokens", "8", "--min-seconds", "0", "--out", str(out)])
+          "--max-steps", "2", "--repeats", "1", "--new-tokens", "8", "--min-seconds", "0", "--out", str(out)])
     table = pd.read_csv(out)
     assert list(table.columns) == list(FORWARD_PROFILE_COLUMNS)
     assert sorted(zip(table.concurrency, table.steps)) == [(c, k) for c in (1, 4) for k in range(3)]
     assert (table["seconds"] > 0).all()
-    for c, g in table.groupby("concurrency"):  # a step's seconds ÷ the plain step's at the same concurrency
+    for c, g in table.groupby("concurrency"):  # one repeat: a step's seconds ÷ the plain step's of its block
         base = float(g.loc[g["steps"] == 0, "seconds"].iloc[0])
         assert g["step_cost"].to_numpy() == pytest.approx(g["seconds"].to_numpy() / base)
         assert float(g.loc[g["steps"] == 0, "step_cost"].iloc[0]) == 1.0

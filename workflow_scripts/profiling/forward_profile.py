@@ -16,9 +16,11 @@ are counted from the moment every row has its first token to the first row's fin
 decode (the drain, with fewer rows, is left out); a measurement repeats the cell until its windows hold
 `--min-seconds` of forwards, so that the small, fast cells are not the noisiest. The engine thread's CPU clock is
 read where torch runs on that thread alone (a core taken by another process then costs nothing), else the wall
-clock. The sizes run in a shuffled order per repeat and the median is kept, so a drift of the host moves every size
-alike. `step_cost` = median seconds per decode forward ÷ those of the plain engine at the same C (k = 0: 1). The
-cost model takes the shape of that curve in k and fits its scale to the study's throughput.
+clock. The sizes of one C run as a block, every k in a shuffled order, and a step's cost is taken against the plain
+step of its own block: the host's memory speed moves by tens of percent within a minute, and a ratio of two sizes
+measured seconds apart sees less of it than one of two medians over the whole run. `step_cost` = the median of those
+ratios over the repeats (k = 0: 1); `seconds` the median seconds per decode forward. The cost model takes the shape
+of that curve in k and fits its scale to the study's throughput.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import json
 import logging
 import os
 import random
+import statistics
 import threading
 import time
 from collections.abc import Sequence
@@ -115,25 +118,27 @@ def profile(target: Path, draft: Path, concurrencies: Sequence[int], max_steps: 
         vocab = running[0].vocab_size
         prompt_rng = torch.Generator().manual_seed(seed)
         prompts = torch.randint(2, vocab, (max(concurrencies), PROMPT_LEN), generator=prompt_rng).tolist()
-        sizes = [(c, k) for c in concurrencies for k in running]
-        for k, engine in running.items():  # one untimed cell each: first-touch allocations, the MoE config lookup
+        for engine in running.values():  # one untimed cell each: first-touch allocations, the MoE config lookup
             full_batch_steps(engine, prompts[:1], new_tokens)
-        times: dict[tuple[int, int], list[float]] = {size: [] for size in sizes}
+        times: dict[tuple[int, int], list[float]] = {(c, k): [] for c in concurrencies for k in running}
+        costs: dict[tuple[int, int], list[float]] = {size: [] for size in times}
         rng = random.Random(seed)
         for r in range(repeats):
-            rng.shuffle(sizes)
-            for c, k in sizes:
-                times[(c, k)].append(seconds_per_step(running[k], prompts[:c], new_tokens, min_seconds))
+            for c in rng.sample(list(concurrencies), len(concurrencies)):
+                # a block of one C: every k, the plain one among them, in a shuffled order, seconds apart, and each
+                # step's cost taken against the plain step of its own block (a drift between blocks cancels)
+                block = {k: seconds_per_step(running[k], prompts[:c], new_tokens, min_seconds)
+                         for k in rng.sample(list(running), len(running))}
+                for k, seconds in block.items():
+                    times[(c, k)].append(seconds)
+                    costs[(c, k)].append(seconds / block[0])
             log.info("repeat %d of %d done", r + 1, repeats)
     finally:
         for engine in running.values():
             engine.stop()
-    rows = [{"concurrency": c, "steps": k, "seconds": float(pd.Series(times[(c, k)]).median())}
-            for c, k in sorted(times)]
-    out = pd.DataFrame(rows, columns=COLUMNS[:3])
-    plain = out[out["steps"] == 0].set_index("concurrency")["seconds"]
-    out["step_cost"] = out["seconds"] / out["concurrency"].map(plain)
-    return out[COLUMNS]
+    rows = [{"concurrency": c, "steps": k, "seconds": statistics.median(times[(c, k)]),
+             "step_cost": statistics.median(costs[(c, k)])} for c, k in sorted(times)]
+    return pd.DataFrame(rows, columns=COLUMNS)
 
 
 def main(argv: list[str] | None = None) -> None:
