@@ -27,13 +27,15 @@ def test_the_window_counts_the_forwards_where_every_row_decodes(pair_engines, st
     prompts = [[5 + i, 9, 13, 17 + i] for i in range(3)]
     seconds, forwards = full_batch_steps(pair_engines[steps], prompts, NEW_TOKENS)
     assert seconds > 0
+    # A prefill gives a row its first token; each decode forward 1..k+1 more. The window opens when the last row
+    # has its first token and closes when the first row finishes, so the drain after it is never counted. Rows
+    # submitted one after another may start a forward apart (the engine thread picks up the first alone), and each
+    # forward a row ran before the window opened is one fewer in it.
+    late = len(prompts) - 1
+    fewest = math.ceil((NEW_TOKENS - 1) / (steps + 1))
+    assert max(1, fewest - late) <= forwards <= NEW_TOKENS - 1
     if steps == 0:
-        # the prefill gives every row its first token; each decode forward one more, and the first row finishes
-        # with its last: the drain after it is not counted
-        assert forwards == NEW_TOKENS - 1
-    else:
-        # a verify commits 1..k+1 tokens a row, so the first row finishes within these many forwards
-        assert math.ceil((NEW_TOKENS - 1) / (steps + 1)) <= forwards <= NEW_TOKENS - 1
+        assert forwards >= NEW_TOKENS - 1 - late
 
 
 def test_a_measurement_repeats_the_cell_until_it_holds_min_seconds(pair_engines):
