@@ -172,6 +172,16 @@ def test_a_forward_profile_missing_a_concurrency_leaves_the_step_cost_linear():
     assert any("Step cost: linear in the drafts (the forward profile lacks C=64)" in line for line in report.lines)
 
 
+def test_a_setting_measured_past_the_profile_is_kept_out_of_the_fit_not_a_crash():
+    measured = {"steps1": 1, "steps2": 2, "steps3": 3}
+    requests, summary = synthetic_study(np.random.default_rng(7), settings=measured)
+    short = forward_profile({c: u[:2] + [np.nan] * 4 for c, u in PROFILE_UNITS.items()}).dropna()  # steps 0-2 only
+    report = analyse(requests, summary, study_config(measured, predict_max_steps=3), profile=short)
+    pred = report.predictions
+    assert pred.loc[pred["steps"] == 3, "predicted_aggregate_tok_s"].isna().all()  # no shape, no prediction
+    assert pred.loc[pred["steps"].isin([1, 2]), "predicted_aggregate_tok_s"].notna().all()
+
+
 def test_a_dip_in_the_profile_is_made_non_decreasing_in_k():
     """More drafts never cost less: a noisy size below its neighbour is pooled with it (isotonic regression)."""
     units, shape = profile_units(forward_profile({1: [0.5, 0.9, 0.7, 1.2, 1.3, 1.4]}), {1})

@@ -90,10 +90,10 @@ def expected_tokens(alphas: Sequence[float], steps: int) -> float:
 @dataclass(frozen=True)
 class CostFit:
     """r(k, C) = 1 + overhead + per_draft[C]·u(k, C) plain decode steps per speculative step (k = 0: 1), u from
-    ``units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a speculative setting's prefill costs
-    prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload, because what a prompt
-    costs against the answer it precedes is the workload's (on the embedded engine the synthetic workload's ratio
-    had a median of 1.25 over settings × C, the realistic one's 0.96)."""
+    ``units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a speculative setting's
+    prefill costs prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload, because
+    what a prompt costs against the answer it precedes is the workload's (on the embedded engine the synthetic
+    workload's ratio had a median of 1.25 over settings × C, the realistic one's 0.96)."""
 
     overhead: float
     per_draft: dict[int, float]
@@ -153,11 +153,13 @@ def fit_costs(cells: pd.DataFrame, units: dict[tuple[int, int], float] | None = 
     share, rho = cells["prefill_share"], cells["prefill_ratio"].fillna(1.0)
     r_obs = cells["tokens_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
     cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
+    u = np.array([draft_units(units, int(k), int(c)) for k, c in zip(cells["steps"], cells["concurrency"])])
+    known = np.isfinite(u)  # a measured step past the profile's last has no shape to fit
+    cells, r_obs, u = cells[known], r_obs[known], u[known]
     if cells.empty:
         return CostFit(0.0, {}, prefill_ratio, units)
     concs = sorted(cells["concurrency"].unique())
     with_overhead = cells["steps"].nunique() >= 2 and not units
-    u = np.array([draft_units(units, int(k), int(c)) for k, c in zip(cells["steps"], cells["concurrency"])])
     columns = [np.ones(len(cells))] if with_overhead else []
     columns += [np.where(cells["concurrency"] == c, u, 0.0) for c in concs]
     design = np.column_stack(columns) / r_obs[:, None]  # relative residuals: (r_obs - r) / r_obs
