@@ -7,7 +7,7 @@ The study's A/A twin came out faster than its control in 29 of 30 sliced cells o
 the study then launched its servers in the same order every time, the control first. Here two servers of one
 setting, `a` and `b` (one torch thread each, as the study runs them), are started in the order a, b on even
 launches and b, a on odd ones, each warmed up right after its start as the study does, then measured on the
-study's sliced cell (`client/slicing.py`) for `--rounds` rounds.
+study's sliced cell (`client/slicing.py`, through `benchmarks.schedule_ab.sliced_round`) for `--rounds` rounds.
 Prints per launch b ÷ a and second-started ÷ first-started (geometric mean over its rounds), then both over all
 launches with the 95% paired CI: if the start order is the cause, the second ratio stays on one side of 1 while the
 first flips sign with the launch order.
@@ -17,27 +17,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import math
 import statistics
 from contextlib import ExitStack
 from pathlib import Path
 
+from benchmarks.schedule_ab import PARAMS, sliced_round
 from workflow_scripts.analysis.paired import paired_ratio
 from workflow_scripts.client.cell import CellPlan, run_cell_async
 from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts
-from workflow_scripts.client.records import cell_frame
-from workflow_scripts.client.rounds import seeded_order
-from workflow_scripts.client.run_cohort import cell_metrics
-from workflow_scripts.client.slicing import run_together, to_running_clock
 from workflow_scripts.launcher.command import ServerSpec, build_command
 from workflow_scripts.launcher.process import ServerProcess, free_port
 
-PARAMS = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": 64, "ignore_eos": True}
 METRIC = "aggregate_tok_s"
 
 
-def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: list, rounds: int, slice_s: float,
+def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: list, rounds: int, slice_ms: float,
                    log_dir: Path, launch: int) -> list[dict[str, float]]:
     """Start the servers in `order`, warm each up with one wave, then `rounds` sliced cells: {server: tok/s} each."""
     with ExitStack() as stack:
@@ -50,17 +45,9 @@ def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: 
             groups[name] = server.proc.pid
             warmup = CellPlan(plan.concurrency, 0, plan.concurrency, incremental=True)
             asyncio.run(run_cell_async(urls[name], warmup, prompts, PARAMS, f"w{launch}{name}"))
-        out = []
-        for rnd in range(rounds):
-            turns_order = seeded_order(order, "launch_order", launch, rnd)
-            sends = {name: functools.partial(run_cell_async, urls[name], plan, prompts, PARAMS, f"{launch}{rnd}{name}")
-                     for name in turns_order}
-            results, turns = run_together(groups, slice_s, turns_order, sends)
-            frames = {name: cell_frame(result, name, "synthetic", 0.0, plan.concurrency, 0, "launch_order", 0.0)
-                      for name, result in results.items()}
-            out.append({name: cell_metrics(to_running_clock(frame, turns[name]))[METRIC]
-                        for name, frame in frames.items()})
-        return out
+        return [{name: metrics[METRIC] for name, metrics in
+                 sliced_round(urls, groups, plan, prompts, rnd, slice_ms, seed=("launch_order", launch, rnd)).items()}
+                for rnd in range(rounds)]
 
 
 def summary(label: str, pairs: list[tuple[float, float]]) -> str:
@@ -90,7 +77,7 @@ def main() -> None:
     by_name, by_start = [], []
     for launch in range(args.launches):
         order = ["a", "b"] if launch % 2 == 0 else ["b", "a"]
-        rounds = measure_launch(spec, order, plan, prompts, args.rounds, args.slice_ms / 1000, args.log_dir, launch)
+        rounds = measure_launch(spec, order, plan, prompts, args.rounds, args.slice_ms, args.log_dir, launch)
         by_name += [(r["a"], r["b"]) for r in rounds]
         by_start += [(r[order[0]], r[order[1]]) for r in rounds]
         print(f"launch {launch} (started {', '.join(order)}): " + "; ".join(

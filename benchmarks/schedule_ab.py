@@ -51,9 +51,11 @@ async def _sequential(urls: dict[str, str], plan: CellPlan, prompts: list, rnd: 
     return out
 
 
-def _sliced(urls: dict[str, str], groups: dict[str, int], plan: CellPlan, prompts: list, rnd: int,
-            slice_ms: float) -> dict[str, dict[str, float]]:
-    order = seeded_order(list(urls), "schedule_ab", "sliced", rnd)
+def sliced_round(urls: dict[str, str], groups: dict[str, int], plan: CellPlan, prompts: list, rnd: int,
+                 slice_ms: float, seed: tuple = ()) -> dict[str, dict[str, float]]:
+    """One round of the study's sliced cell on every server at once: each server's metrics on its running clock;
+    the servers' turns in a seeded order (`seed`, by default this benchmark's for the round)."""
+    order = seeded_order(list(urls), *(seed or ("schedule_ab", "sliced", rnd)))
     sends = {name: functools.partial(run_cell_async, urls[name], plan, prompts, PARAMS, f"s{rnd}{name}")
              for name in order}
     results, turns = run_together(groups, slice_ms / 1000, order, sends)
@@ -94,7 +96,8 @@ def main() -> None:
                 if design == "sequential":
                     measured[design].append(asyncio.run(_sequential(urls, plan, prompts, rnd)))
                 else:
-                    measured[design].append(_sliced(urls, groups, plan, prompts, rnd, float(design.split("-")[1])))
+                    slice_ms = float(design.split("-")[1])
+                    measured[design].append(sliced_round(urls, groups, plan, prompts, rnd, slice_ms))
             print(f"round {rnd}: " + "; ".join(
                 f"{d} " + ", ".join(f"{n} {measured[d][-1][n]['aggregate_tok_s']:.0f}" for n in members)
                 for d in designs), flush=True)
