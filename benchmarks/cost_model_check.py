@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     done = table[~missing]
     errors = done["error_pct"].abs()
     print(f"\n{int(done['inside_stated_error'].sum())}/{len(done)} cells inside the stated error "
-          f"(±{done['stated_error_pct'].iloc[0]:.1f}%); {int(done['inside_10pct'].sum())}/{len(done)} within 10%; "
+          f"(±{done['stated_error_pct'].min():.1f}–{done['stated_error_pct'].max():.1f}%); {int(done['inside_10pct'].sum())}/{len(done)} within 10%; "
           f"{int(done['inside_measured_ci'].sum())}/{len(done)} inside the measured speedup's 95% CI; "
           f"|error| median {np.median(errors):.1f}%, max {errors.max():.1f}%")
     return 0

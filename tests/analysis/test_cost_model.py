@@ -134,9 +134,15 @@ PROFILE_UNITS = {1: [0.5 * k**0.5 for k in range(1, 7)], 4: [0.4 * k**0.8 for k 
                  16: [0.3 * k for k in range(1, 7)], 64: [0.2 * k**1.5 for k in range(1, 7)]}
 
 
-def forward_profile(units: dict[int, list[float]]) -> pd.DataFrame:
-    return pd.DataFrame([{"concurrency": c, "steps": k, "seconds": 0.01 * (1 + (u[k - 1] if k else 0.0)),
-                          "step_cost": 1 + (u[k - 1] if k else 0.0)} for c, u in units.items() for k in range(7)])
+def forward_profile(units: dict[int, list[float]], spread: float = 0.0) -> pd.DataFrame:
+    """A profile of step costs 1 + u, its repeats ranging over 1 + u·(1 ± spread)."""
+    rows = []
+    for c, u in units.items():
+        for k in range(7):
+            extra = u[k - 1] if k else 0.0
+            rows.append({"concurrency": c, "steps": k, "seconds": 0.01 * (1 + extra), "step_cost": 1 + extra,
+                         "step_cost_low": 1 + extra * (1 - spread), "step_cost_high": 1 + extra * (1 + spread)})
+    return pd.DataFrame(rows)
 
 
 def test_a_forward_profile_shapes_the_step_cost_past_the_measured_steps():
@@ -165,6 +171,39 @@ def test_a_forward_profile_shapes_the_step_cost_past_the_measured_steps():
     assert worst_error(shaped) < 0.10 < worst_error(linear)
 
 
+def test_the_profiles_range_widens_the_stated_error_of_the_unmeasured_steps_only():
+    """The engine the cells came from costs 20% more per draft at steps 4 and 5 than the profile's medians say, well
+    inside the range of its repeats (±40%): the stated error of steps 4 and 5 grows to cover the truth, while the measured
+    steps keep the validation's error."""
+    off = {c: [x * (1.2 if k >= 4 else 1.0) for k, x in enumerate(u, 1)] for c, u in PROFILE_UNITS.items()}
+    true = CostFit(overhead=0.0, per_draft={1: 1.3, 4: 1.1, 16: 0.9, 64: 0.8},
+                   units={(c, k): u[k - 1] for c, u in off.items() for k in range(1, 7)})
+    measured = {"steps1": 1, "steps2": 2, "steps3": 3}
+    requests, summary = synthetic_study(np.random.default_rng(8), settings=measured, noise=0.01, true=true)
+    cfg = study_config(measured, predict_max_steps=5)
+    narrow = analyse(requests, summary, cfg, profile=forward_profile(PROFILE_UNITS))
+    wide = analyse(requests, summary, cfg, profile=forward_profile(PROFILE_UNITS, spread=0.4))
+
+    def scored(report) -> pd.DataFrame:
+        pred = report.predictions[report.predictions["steps"] > 0].copy()
+        truth = [BASE_TOK_S[c] * expected_tokens(ALPHAS[w], k) / true.step_cost(k, c)
+                 for w, c, k in pred[["workload", "concurrency", "steps"]].itertuples(index=False)]
+        pred["error_pct"] = 100 * (pred["predicted_aggregate_tok_s"] / truth - 1).abs()
+        return pred
+
+    n, w = scored(narrow), scored(wide)
+    loo = float(n["stated_error_pct"].iloc[0])
+    assert (n["stated_error_pct"] == loo).all() and (n["profile_error_pct"] == 0).all()
+    assert (w.loc[w["measured"], "stated_error_pct"] == loo).all()  # the fit and its validation are the same
+    late = w[~w["measured"]]
+    assert len(late) == 16 and (late["profile_error_pct"] > 5).all()
+    assert late["stated_error_pct"].to_numpy() == pytest.approx(np.hypot(loo, late["profile_error_pct"]))
+    assert (n.loc[~n["measured"], "error_pct"] > loo).any()  # the medians alone miss steps 4 and 5 ...
+    assert (late["error_pct"] <= late["stated_error_pct"]).all()  # ... which the profile's range covers
+    assert any(line.startswith("  - Step counts never measured: stated error ±") for line in wide.lines)
+    assert not any(line.startswith("  - Step counts never measured") for line in narrow.lines)
+
+
 def test_a_forward_profile_missing_a_concurrency_leaves_the_step_cost_linear():
     requests, summary = synthetic_study(np.random.default_rng(6), settings={"steps1": 1, "steps2": 2})
     partial = forward_profile({c: u for c, u in PROFILE_UNITS.items() if c != 64})
@@ -184,9 +223,9 @@ def test_a_setting_measured_past_the_profile_is_kept_out_of_the_fit_not_a_crash(
 
 def test_a_dip_in_the_profile_is_made_non_decreasing_in_k():
     """More drafts never cost less: a noisy size below its neighbour is pooled with it (isotonic regression)."""
-    units, shape = profile_units(forward_profile({1: [0.5, 0.9, 0.7, 1.2, 1.3, 1.4]}), {1})
-    assert [units[(1, k)] for k in range(1, 7)] == pytest.approx([0.5, 0.8, 0.8, 1.2, 1.3, 1.4])
-    assert shape.startswith("shaped by the engine's own step")
+    shape = profile_units(forward_profile({1: [0.5, 0.9, 0.7, 1.2, 1.3, 1.4]}), {1})
+    assert [shape.units[(1, k)] for k in range(1, 7)] == pytest.approx([0.5, 0.8, 0.8, 1.2, 1.3, 1.4])
+    assert shape.text.startswith("shaped by the engine's own step")
 
 
 def test_external_without_acceptance_is_skipped_in_one_line():

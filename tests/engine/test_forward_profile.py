@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS
-from workflow_scripts.profiling.forward_profile import engines, full_batch_steps, main, seconds_per_step
+from workflow_scripts.profiling.forward_profile import engines, full_batch_steps, main, profile, seconds_per_step
 
 NEW_TOKENS = 9
 
@@ -59,6 +59,18 @@ def test_the_cli_writes_one_row_per_concurrency_and_steps(target_dir, dense_draf
         base = float(g.loc[g["steps"] == 0, "seconds"].iloc[0])
         assert g["step_cost"].to_numpy() == pytest.approx(g["seconds"].to_numpy() / base)
         assert float(g.loc[g["steps"] == 0, "step_cost"].iloc[0]) == 1.0
+    # one repeat: its range is the one ratio
+    assert table["step_cost_low"].to_numpy() == pytest.approx(table["step_cost"].to_numpy())
+    assert table["step_cost_high"].to_numpy() == pytest.approx(table["step_cost"].to_numpy())
+
+
+def test_the_range_over_repeats_holds_the_median(target_dir, dense_draft_dir):
+    table = profile(target_dir, dense_draft_dir, [2], 2, repeats=3, new_tokens=8, threads=1, min_seconds=0)
+    assert (table["step_cost_low"] <= table["step_cost"]).all() and (table["step_cost"] <= table["step_cost_high"]).all()
+    plain = table[table["steps"] == 0]
+    assert (plain[["step_cost", "step_cost_low", "step_cost_high"]].to_numpy() == 1.0).all()
+    drafted = table[table["steps"] > 0]  # three blocks on a shared host never give the same ratio thrice
+    assert (drafted["step_cost_high"] > drafted["step_cost_low"]).all()
 
 
 def test_a_bad_flag_fails_naming_it(target_dir, dense_draft_dir, tmp_path, capsys):

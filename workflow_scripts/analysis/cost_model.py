@@ -31,7 +31,10 @@ verify's and the draft's shares of s_C are not separable from throughput (both g
 o is fitted only when at least two step counts are measured and no profile shapes the step, else it is 0.
 
 Validation: leave one setting out, fit α and costs on the others, predict its cells; the 80th percentile of the
-absolute errors is the *stated error* printed beside every prediction.
+absolute errors is the *stated error* printed beside every prediction. A step count that was never measured is
+predicted where the fit never looked, from the profile's shape alone, so its stated error also holds the profile's
+own uncertainty: the step cost moved over the profile's range between its repeats (s_C × half the range of u),
+carried through to tok/s and added in quadrature.
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_
 PARAM_COLUMNS = ["source", "parameter", "workload", "concurrency", "position", "value", "note"]
 PREDICTION_COLUMNS = ["source", "workload", "concurrency", "steps", "setting", "measured", "tokens_per_verify",
                       "step_cost", "predicted_speedup", "predicted_aggregate_tok_s", "predicted_per_request_tok_s",
-                      "stated_error_pct", "measured_aggregate_tok_s", "measured_aggregate_ci_low",
+                      "stated_error_pct", "profile_error_pct", "measured_aggregate_tok_s", "measured_aggregate_ci_low",
                       "measured_aggregate_ci_high", "note"]
 VALIDATION_COLUMNS = ["source", "left_out", "steps", "workload", "concurrency", "measured_aggregate_tok_s",
                       "predicted_aggregate_tok_s", "aggregate_error_pct", "measured_per_request_tok_s",
@@ -99,6 +102,7 @@ class CostFit:
     per_draft: dict[int, float]
     prefill_ratio: dict[tuple[str, int], float] = field(default_factory=dict)
     units: dict[tuple[int, int], float] = field(default_factory=dict)
+    unit_spread: dict[tuple[int, int], float] = field(default_factory=dict)  # StepShape.spread
 
     def step_cost(self, steps: int, concurrency: int) -> float:
         if steps == 0:
@@ -108,13 +112,27 @@ class CostFit:
         return 1.0 + self.overhead + self.per_draft[concurrency] * draft_units(self.units, steps, concurrency)
 
     def speedup(self, tokens_per_verify: float, steps: int, workload: str, concurrency: int,
-                prefill_share: float) -> float:
-        """tok/s(k, C) ÷ tok/s(baseline, C): the decode share sped up by E_k ÷ r(k, C), the prefill share not."""
+                prefill_share: float, step_cost: float | None = None) -> float:
+        """tok/s(k, C) ÷ tok/s(baseline, C): the decode share sped up by E_k ÷ r(k, C) (or ÷ ``step_cost``), the
+        prefill share not."""
         if steps == 0:
             return 1.0
         rho = self.prefill_ratio.get((workload, concurrency), 1.0)
-        return 1.0 / ((1 - prefill_share) * self.step_cost(steps, concurrency) / tokens_per_verify
-                      + prefill_share * rho)
+        cost = self.step_cost(steps, concurrency) if step_cost is None else step_cost
+        return 1.0 / ((1 - prefill_share) * cost / tokens_per_verify + prefill_share * rho)
+
+    def profile_error_pct(self, tokens_per_verify: float, steps: int, workload: str, concurrency: int,
+                          prefill_share: float) -> float:
+        """The largest |predicted ÷ true − 1| (%, the validation's convention) if the true step cost lay anywhere
+        in the profile's range at (C, k): the step cost ± s_C × half the range of u over the profile's repeats
+        (0 without a profile)."""
+        spread = self.unit_spread.get((concurrency, steps), 0.0)
+        if steps == 0 or not spread:
+            return 0.0
+        cost, delta = self.step_cost(steps, concurrency), self.per_draft.get(concurrency, np.nan) * spread
+        predicted = self.speedup(tokens_per_verify, steps, workload, concurrency, prefill_share)
+        return 100 * max(abs(predicted / self.speedup(tokens_per_verify, steps, workload, concurrency, prefill_share,
+                                                      cost + d) - 1) for d in (delta, -delta))
 
 
 def draft_units(units: dict[tuple[int, int], float], steps: int, concurrency: int) -> float:
@@ -124,29 +142,42 @@ def draft_units(units: dict[tuple[int, int], float], steps: int, concurrency: in
     return units.get((concurrency, steps), float("nan"))
 
 
-def profile_units(profile: pd.DataFrame | None, concurrencies: set[int]) -> tuple[dict[tuple[int, int], float], str]:
-    """(u per (C, k) from a forward profile, a line saying what the step cost is shaped by): empty, and linear in
-    k, without a profile or where it lacks one of the measured concurrencies."""
+@dataclass(frozen=True)
+class StepShape:
+    """What shapes the step cost: u(k, C) per (C, k) from a forward profile ({}: linear in k), half the range of u
+    over the profile's repeats per (C, k) (its uncertainty), and a line saying which."""
+
+    units: dict[tuple[int, int], float] = field(default_factory=dict)
+    spread: dict[tuple[int, int], float] = field(default_factory=dict)
+    text: str = "linear in the drafts"
+
+
+def profile_units(profile: pd.DataFrame | None, concurrencies: set[int]) -> StepShape:
+    """The step cost's shape from a forward profile: linear in k without one, or where it lacks one of the
+    measured concurrencies."""
     if profile is None or profile.empty:
-        return {}, "linear in the drafts (no forward profile of the engine)"
+        return StepShape(text="linear in the drafts (no forward profile of the engine)")
     missing = sorted(concurrencies - set(profile["concurrency"].astype(int)))
     if missing:
-        return {}, (f"linear in the drafts (the forward profile lacks C={', '.join(map(str, missing))})")
+        return StepShape(text=f"linear in the drafts (the forward profile lacks C={', '.join(map(str, missing))})")
     units = {}
     for c, g in profile.sort_values("steps").groupby("concurrency"):
         # a step of more drafts never costs less: the medians are made non-decreasing in k, so that one noisy
         # size cannot bend the curve the predictions follow
         cost = isotonic_regression(g["step_cost"].to_numpy(dtype="float64")).x
         units |= {(int(c), int(k)): float(v) - 1 for k, v in zip(g["steps"], cost) if k > 0}
-    return units, (f"shaped by the engine's own step, profiled in-process (steps 1–{int(profile['steps'].max())} "
-                   "at each C), its scale fitted")
+    spread = {(int(r.concurrency), int(r.steps)): (r.step_cost_high - r.step_cost_low) / 2
+              for r in profile.itertuples(index=False) if r.steps > 0}
+    return StepShape(units, spread, f"shaped by the engine's own step, profiled in-process (steps "
+                                    f"1–{int(profile['steps'].max())} at each C), its scale fitted")
 
 
-def fit_costs(cells: pd.DataFrame, units: dict[tuple[int, int], float] | None = None) -> CostFit:
+def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     """Weighted least squares of r_obs on (1, u(k, C) at each C), without the 1 where a profile gives u (it holds
     the step's fixed part); cells: concurrency, steps, E, speedup, prefill_share, prefill_ratio. A cell whose
     prefill alone would take longer than its measured time (noise) is left out."""
-    units = units or {}
+    shape = shape or StepShape()
+    units = shape.units
     cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
     prefill_ratio = {(w, int(c)): float(g.median())
                      for (w, c), g in cells.groupby(["workload", "concurrency"])["prefill_ratio"] if g.notna().any()}
@@ -157,7 +188,7 @@ def fit_costs(cells: pd.DataFrame, units: dict[tuple[int, int], float] | None = 
     known = np.isfinite(u)  # a measured step past the profile's last has no shape to fit
     cells, r_obs, u = cells[known], r_obs[known], u[known]
     if cells.empty:
-        return CostFit(0.0, {}, prefill_ratio, units)
+        return CostFit(0.0, {}, prefill_ratio, units, shape.spread)
     concs = sorted(cells["concurrency"].unique())
     with_overhead = cells["steps"].nunique() >= 2 and not units
     columns = [np.ones(len(cells))] if with_overhead else []
@@ -166,7 +197,7 @@ def fit_costs(cells: pd.DataFrame, units: dict[tuple[int, int], float] | None = 
     coef, *_ = np.linalg.lstsq(design, (r_obs - 1) / r_obs, rcond=None)
     overhead = float(coef[0]) if with_overhead else 0.0
     per_draft = dict(zip((int(c) for c in concs), (float(x) for x in coef[1 if with_overhead else 0:])))
-    return CostFit(overhead, per_draft, prefill_ratio, units)
+    return CostFit(overhead, per_draft, prefill_ratio, units, shape.spread)
 
 
 # ---- the study's data in the model's terms ----------------------------------------------------------------------
@@ -194,8 +225,7 @@ class SourceData:
     counts: dict[str, dict[str, tuple[np.ndarray, np.ndarray]]]  # histograms: setting -> workload -> (accepted,
     # reached) per position
     geometric: bool  # α from accept_length under one α for all positions (external data), not from histograms
-    units: dict[tuple[int, int], float] = field(default_factory=dict)  # profile_units: u(k, C), or {} (linear)
-    shape: str = "linear in the drafts"  # what the step cost is shaped by (profile_units)
+    shape: StepShape = field(default_factory=StepShape)  # profile_units
 
     def alphas_from(self, settings: Sequence[str], workload: str) -> list[float]:
         """α per position pooled over the given settings (counts summed; geometric sources: the mean α)."""
@@ -298,11 +328,11 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
     cells = attach(_with_speedup(cells, cfg.baseline, rounds), shares, cfg.baseline)
     algorithms = {str(cfg.settings[s].get("speculative_algorithm", "")).upper() for s in family}
     if profile is not None and algorithms != {"STANDALONE"}:
-        units, shape = {}, f"linear in the drafts (the forward profile times a STANDALONE step; the family runs " \
-                           f"{', '.join(sorted(algorithms))})"
+        shape = StepShape(text=f"linear in the drafts (the forward profile times a STANDALONE step; the family runs "
+                               f"{', '.join(sorted(algorithms))})")
     else:
-        units, shape = profile_units(profile, set(cells["concurrency"]))
-    return SourceData(MEASURED, cells, {}, counts, geometric=False, units=units, shape=shape)
+        shape = profile_units(profile, set(cells["concurrency"]))
+    return SourceData(MEASURED, cells, {}, counts, geometric=False, shape=shape)
 
 
 def geometric_alpha(accept_length: float, steps: int) -> float:
@@ -346,7 +376,7 @@ def fit(data: SourceData, settings: Sequence[str]) -> Model:
     train = data.cells[data.cells["setting"].isin(settings)]
     workloads = sorted(data.cells["workload"].unique())
     alphas = {w: data.alphas_from(settings, w) for w in workloads}
-    return Model({w: a for w, a in alphas.items() if a}, fit_costs(train, data.units))
+    return Model({w: a for w, a in alphas.items() if a}, fit_costs(train, data.shape))
 
 
 def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
@@ -356,9 +386,9 @@ def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
     out["tokens_per_verify"] = [expected_tokens(model.alphas[w], steps) if w in model.alphas else np.nan
                                 for w in base["workload"]]
     out["step_cost"] = [model.costs.step_cost(steps, int(c)) for c in base["concurrency"]]
-    out["predicted_speedup"] = [model.costs.speedup(e, steps, w, int(c), f) for e, w, c, f in
-                                zip(out["tokens_per_verify"], base["workload"], base["concurrency"],
-                                    base["prefill_share"])]
+    rows = list(zip(out["tokens_per_verify"], base["workload"], base["concurrency"].astype(int), base["prefill_share"]))
+    out["predicted_speedup"] = [model.costs.speedup(e, steps, w, c, f) for e, w, c, f in rows]
+    out["profile_error_pct"] = [model.costs.profile_error_pct(e, steps, w, c, f) for e, w, c, f in rows]
     for metric in METRIC_COLUMNS:
         out[f"predicted_{metric}"] = base[metric].to_numpy() * out["predicted_speedup"].to_numpy()
     return out
@@ -416,7 +446,9 @@ def predictions(data: SourceData, model: Model, max_steps: int, error_pct: float
     out["source"] = data.source
     out["measured"] = out["setting"].notna()
     out["setting"] = out["setting"].fillna("")
-    out["stated_error_pct"] = np.where(out["steps"] > 0, error_pct, 0.0)
+    # a measured step count's error is the validation's; one never measured adds the profile's own uncertainty
+    unmeasured = np.hypot(error_pct, out["profile_error_pct"].fillna(0.0))
+    out["stated_error_pct"] = np.where(out["steps"] == 0, 0.0, np.where(out["measured"], error_pct, unmeasured))
     max_measured = {w: len(a) for w, a in model.alphas.items()}
     out["note"] = [_note(k, m, max_measured.get(w, 0)) for k, m, w in out[["steps", "measured", "workload"]].itertuples(
         index=False)]
@@ -559,7 +591,7 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
                   error_pct: float, pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
     lines = [f"- Cost model, {source}: fitted on {', '.join(f'`{s}`' for s in family)}"
              + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else "") + "."]
-    lines.append(f"  - Step cost: {data.shape}.")
+    lines.append(f"  - Step cost: {data.shape.text}.")
     if data.geometric:
         lines.append(f"  - From accept_length alone: one α for every draft position (no per-position acceptance), "
                      f"no CIs (no repeats); steps past the measured ones assume that α holds.")
@@ -573,10 +605,16 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
                      f"80th percentile {error_pct:.1f}% (the stated error), max {errors.max():.1f}%; "
                      f"{100 * share:.0f}% of {len(errors)} speculative cells within {GOAL_ERROR_PCT:.0f}% "
                      f"(goal: {100 * GOAL_SHARE:.0f}%: {'met' if share >= GOAL_SHARE else 'not met'}).")
+    unmeasured = pred[~pred["measured"] & (pred["steps"] > 0) & (pred["profile_error_pct"] > 0)]
+    if np.isfinite(error_pct) and len(unmeasured):
+        lines.append(f"  - Step counts never measured: stated error ±{unmeasured['stated_error_pct'].min():.1f}–"
+                     f"{unmeasured['stated_error_pct'].max():.1f}%, the validation's and the profile's range at that "
+                     f"step (its repeats' lowest to highest step cost: ±{unmeasured['profile_error_pct'].min():.1f}–"
+                     f"{unmeasured['profile_error_pct'].max():.1f}% of tok/s) in quadrature.")
     lines += _noise_lines(data)
     lines += _step_cost_lines(data, pred)
     lines += _best_steps_lines(pred, floor, floor_text)
-    lines.append("  - " + worth_measuring(pred, floor, floor_text, error_pct))
+    lines.append("  - " + worth_measuring(pred, floor, floor_text))
     return lines
 
 
@@ -638,8 +676,9 @@ def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str) 
     return [head + ": " + "; ".join(rows) + "."]
 
 
-def worth_measuring(pred: pd.DataFrame, floor: float | None, floor_text: str, error_pct: float) -> str:
-    """One sentence: the largest predicted gain of an unmeasured step count over the best measured setting."""
+def worth_measuring(pred: pd.DataFrame, floor: float | None, floor_text: str) -> str:
+    """One sentence: the largest predicted gain of an unmeasured step count over the best measured setting, against
+    the noise floor and that prediction's stated error."""
     best = None
     for (workload, conc), g in pred.groupby(["workload", "concurrency"]):
         measured = g[g["measured"]].dropna(subset=["measured_aggregate_tok_s"])
@@ -649,10 +688,10 @@ def worth_measuring(pred: pd.DataFrame, floor: float | None, floor_text: str, er
         top = unmeasured.loc[unmeasured["predicted_aggregate_tok_s"].idxmax()]
         gain = 100 * (top["predicted_aggregate_tok_s"] / measured["measured_aggregate_tok_s"].max() - 1)
         if best is None or gain > best[0]:
-            best = (gain, int(top["steps"]), workload, conc)
+            best = (gain, int(top["steps"]), workload, conc, float(top["stated_error_pct"]))
     if best is None:
         return "Every predicted step count was measured: nothing left to decide by measuring."
-    gain, steps, workload, conc = best
+    gain, steps, workload, conc, error_pct = best
     if gain <= 0:
         return (f"Measuring more steps is not worth it: no unmeasured step count is predicted to beat the best "
                 f"measured setting (closest: steps {steps}, {gain:+.1f}% at {workload} C={conc}).")

@@ -19,8 +19,10 @@ read where torch runs on that thread alone (a core taken by another process then
 clock. The sizes of one C run as a block, every k in a shuffled order, and a step's cost is taken against the plain
 step of its own block: the host's memory speed moves by tens of percent within a minute, and a ratio of two sizes
 measured seconds apart sees less of it than one of two medians over the whole run. `step_cost` = the median of those
-ratios over the repeats (k = 0: 1); `seconds` the median seconds per decode forward. The cost model takes the shape
-of that curve in k and fits its scale to the study's throughput.
+ratios over the repeats (k = 0: 1), and `step_cost_low`/`step_cost_high` the lowest and highest of them: over r
+repeats that range holds the true median with probability 1 − 2^(1−r) (94% at 5), whatever the noise's shape.
+`seconds` is the median seconds per decode forward. The cost model takes the shape of that curve in k, fits its
+scale to the study's throughput, and widens the stated error of a step it never measured by that range.
 """
 
 from __future__ import annotations
@@ -137,7 +139,8 @@ def profile(target: Path, draft: Path, concurrencies: Sequence[int], max_steps: 
         for engine in running.values():
             engine.stop()
     rows = [{"concurrency": c, "steps": k, "seconds": statistics.median(times[(c, k)]),
-             "step_cost": statistics.median(costs[(c, k)])} for c, k in sorted(times)]
+             "step_cost": statistics.median(costs[(c, k)]), "step_cost_low": min(costs[(c, k)]),
+             "step_cost_high": max(costs[(c, k)])} for c, k in sorted(times)]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
