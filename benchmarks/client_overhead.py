@@ -14,7 +14,11 @@ chunk rate the server produced) say whether the client itself is what limits a m
 
     python -m benchmarks.client_overhead --model results/smoke/models/target [--concurrency 1 4 16 64]
         [--streaming incremental|cumulative] [--per-concurrency 4]
-        [--draft results/smoke/models/draft --speculative-num-steps 2]
+        [--draft results/smoke/models/draft --speculative-num-steps 2] [--omp-threads-bind 1]
+
+`--omp-threads-bind CORES` adds a third side, "http-bound": another server per setting started with SGLang's
+`SGLANG_CPU_OMP_THREADS_BIND=CORES` (server/cpu_binding.py: the engine process on those cores, the front on the
+rest), measured in the same rounds, so that bound ÷ unbound is a ratio taken side by side.
 
 `--per-concurrency 1` measures the study's own cell (C warm-up requests, then max(8, C) measured ones). The servers
 are started as the study starts them (`launcher.command.build_command`), streaming incremental deltas by default
@@ -39,7 +43,7 @@ import numpy as np  # noqa: E402
 from benchmarks.engine_bench import Timed  # noqa: E402
 from benchmarks.engine_bench import run_cell as run_in_process  # noqa: E402
 from workflow_scripts.analysis.metrics import steady_window_tok_s  # noqa: E402
-from workflow_scripts.analysis.paired import paired_ratio  # noqa: E402
+from workflow_scripts.analysis.paired import Paired, paired_ratio  # noqa: E402
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell  # noqa: E402
 from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts  # noqa: E402
 from workflow_scripts.client.rounds import seeded_order  # noqa: E402
@@ -47,6 +51,7 @@ from workflow_scripts.engine.scheduler import Engine  # noqa: E402
 from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
 from workflow_scripts.launcher.command import ServerSpec, build_command  # noqa: E402
 from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: E402
+from workflow_scripts.server.cpu_binding import ENV as BIND_ENV  # noqa: E402
 
 MIN_MEASURED = 8  # the study's benchmark.requests_per_cell.min
 
@@ -107,6 +112,8 @@ def main() -> None:
     parser.add_argument("--per-concurrency", type=int, default=4,
                         help="measured requests per unit of concurrency (at least 8); 1 is the study's default cell")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per concurrency (medians, paired CIs)")
+    parser.add_argument("--omp-threads-bind", default=None, metavar="CORES",
+                        help="also measure servers started with SGLANG_CPU_OMP_THREADS_BIND=CORES (side http-bound)")
     parser.add_argument("--log", type=Path, default=Path("/tmp/client_overhead_server.log"))
     args = parser.parse_args()
     if args.speculative_num_steps < 1:
@@ -120,18 +127,22 @@ def main() -> None:
     slots = max(args.concurrency)
     spec = ServerSpec("embedded", str(args.model), str(args.draft) if args.draft else None, "127.0.0.1", slots, 0,
                       num_threads=1, incremental_streaming=incremental)
-    print("| C | round | setting | HTTP tok/s | chunks | client CPU ms/chunk | client CPU ms/token | client CPU share "
-          "| headroom | in-process tok/s | HTTP ÷ in-process |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    servers = {"http": {}} | ({"http-bound": {BIND_ENV: args.omp_threads_bind}} if args.omp_threads_bind else {})
+    sides = [*servers, "in-process"]
+    print("| C | round | setting | side | HTTP tok/s | chunks | client CPU ms/chunk | client CPU ms/token "
+          "| client CPU share | headroom | in-process tok/s | HTTP ÷ in-process |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     # measured[(c, setting, side)] = the steady-window tok/s of each round, in round order
     measured: dict[tuple[int, str, str], list[float]] = {}
     with ExitStack() as stack:
         urls, engines = {}, {}
         for name, setting in compared.items():
-            port = free_port()
-            log = args.log.with_name(f"{args.log.stem}_{name}{args.log.suffix}")
-            stack.enter_context(ServerProcess(build_command(spec, setting, port), log, f"http://127.0.0.1:{port}", 300))
-            urls[name] = f"http://127.0.0.1:{port}"
+            for side, env in servers.items():
+                port = free_port()
+                log = args.log.with_name(f"{args.log.stem}_{name}_{side}{args.log.suffix}")
+                stack.enter_context(ServerProcess(build_command(spec, setting, port), log, f"http://127.0.0.1:{port}",
+                                                  300, env))
+                urls[name, side] = f"http://127.0.0.1:{port}"
             engines[name] = Engine(args.model, spec_config(setting, args.draft), slots, 0, num_threads=1)
             engines[name].start()
             stack.callback(engines[name].stop)
@@ -140,22 +151,22 @@ def main() -> None:
                             incremental=incremental)
             ids = [prompts[i % len(prompts)].input_ids for i in range(plan.total)]
             for rnd in range(args.rounds):
-                http_results: dict[str, CellResult] = {}
-                for key in seeded_order([f"{name}|{side}" for name in compared for side in ("http", "in-process")],
+                http_results: dict[tuple[str, str], CellResult] = {}
+                for key in seeded_order([f"{name}|{side}" for name in compared for side in sides],
                                         "client_overhead", c, rnd):
                     name, side = key.split("|")
-                    if side == "http":
-                        result = run_cell(urls[name], plan, prompts, params, f"c{c}r{rnd}{name}")
+                    if side in servers:
+                        result = run_cell(urls[name, side], plan, prompts, params, f"c{c}r{rnd}{name}{side}")
                         _check(c, name, result)
-                        http_results[name] = result
+                        http_results[name, side] = result
                         measured.setdefault((c, name, side), []).append(http_tok_s(result, c))
                     else:
                         cell = run_in_process(engines[name], ids, engine_params, c)
                         measured.setdefault((c, name, side), []).append(in_process_tok_s(cell, plan.warmup, c))
-                for name in compared:
-                    _report(c, rnd, name, http_results[name], measured[c, name, "http"][-1],
+                for (name, side), result in http_results.items():
+                    _report(c, rnd, name, side, result, measured[c, name, side][-1],
                             measured[c, name, "in-process"][-1])
-    _summary(args.concurrency, list(compared), measured)
+    _summary(args.concurrency, list(compared), list(servers), measured)
 
 
 def _check(c: int, name: str, result: CellResult) -> None:
@@ -164,26 +175,33 @@ def _check(c: int, name: str, result: CellResult) -> None:
         raise SystemExit(f"c={c} {name}: {len(errors)} requests failed, e.g. {errors[0]}")
 
 
-def _report(c: int, rnd: int, name: str, result: CellResult, http: float, in_process: float) -> None:
+def _report(c: int, rnd: int, name: str, side: str, result: CellResult, http: float, in_process: float) -> None:
     """Print one round's row for one setting."""
     chunks = sum(len(r.chunk_ts) for r in result.records)
     tokens = sum(r.output_tokens or 0 for r in result.records)
     cpu_per_chunk = result.client_cpu_s / chunks
     headroom = (1 / cpu_per_chunk) / (chunks / result.wall_s)
     print(
-        f"| {c} | {rnd} | {name} | {http:.0f} | {chunks} | {1e3 * cpu_per_chunk:.3f} | "
+        f"| {c} | {rnd} | {name} | {side} | {http:.0f} | {chunks} | {1e3 * cpu_per_chunk:.3f} | "
         f"{1e3 * result.client_cpu_s / tokens:.3f} | {result.client_cpu_s / result.wall_s:.0%} | {headroom:.1f}× "
         f"| {in_process:.0f} | {http / in_process:.2f} |",
         flush=True,
     )
 
 
-def _summary(concurrency: list[int], names: list[str], measured: dict[tuple[int, str, str], list[float]]) -> None:
+def _summary(concurrency: list[int], names: list[str], servers: list[str],
+             measured: dict[tuple[int, str, str], list[float]]) -> None:
     print()
     for name in names:
-        print(f"median HTTP ÷ in-process, {name}: " + ", ".join(
-            f"C={c}: {statistics.median(np.divide(measured[c, name, 'http'], measured[c, name, 'in-process'])):.2f}"
-            for c in concurrency))
+        for side in servers:
+            print(f"median {side} ÷ in-process, {name}: " + ", ".join(
+                f"C={c}: {statistics.median(np.divide(measured[c, name, side], measured[c, name, 'in-process'])):.2f}"
+                for c in concurrency))
+        if "http-bound" in servers:
+            print(f"http-bound ÷ http, {name}, geometric mean of the within-round ratios [95% CI]: " + ", ".join(
+                f"C={c}: " + _ratio_text(paired_ratio(np.array(measured[c, name, "http"]),
+                                                      np.array(measured[c, name, "http-bound"])))
+                for c in concurrency))
     if len(names) < 2:
         return
     control, candidate = names
@@ -196,9 +214,11 @@ def _summary(concurrency: list[int], names: list[str], measured: dict[tuple[int,
                  for side in ("http", "in-process")}
         cells = [paired_ratio(np.array(measured[c, control, side]), np.array(measured[c, candidate, side]))
                  for side in ("http", "in-process")] + [paired_ratio(ratio["in-process"], ratio["http"])]
-        print(f"| {c} | " + " | ".join(
-            f"{1 + p.diff_pct / 100:.2f}× [{1 + p.ci_low_pct / 100:.2f}, {1 + p.ci_high_pct / 100:.2f}]"
-            for p in cells) + " |")
+        print(f"| {c} | " + " | ".join(_ratio_text(p) for p in cells) + " |")
+
+
+def _ratio_text(p: Paired) -> str:
+    return f"{1 + p.diff_pct / 100:.2f}× [{1 + p.ci_low_pct / 100:.2f}, {1 + p.ci_high_pct / 100:.2f}]"
 
 
 if __name__ == "__main__":

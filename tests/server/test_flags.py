@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -16,10 +17,10 @@ from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _launch(*flags: str) -> subprocess.CompletedProcess:
+def _launch(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "workflow_scripts.engine.launch_server", "--port", "1", *flags],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT,
+        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=None if env is None else os.environ | env,
     )  # fmt: skip
 
 
@@ -84,6 +85,21 @@ def _assert_one_line(proc: subprocess.CompletedProcess, *needles: str) -> None:
 def test_bad_flags(case, tiny_models):
     flags, needle = SPEC_CASES[case]
     _assert_one_line(_launch("--model-path", str(tiny_models["target"]), *flags), needle)
+
+
+BIND_CASES = {
+    "not a core list": "one",
+    "a rank per group": "0|1",
+    "reversed range": "1-0",
+    "a core this process cannot use": str(max(os.sched_getaffinity(0)) + 1),
+}
+
+
+@pytest.mark.parametrize("case", BIND_CASES, ids=list(BIND_CASES))
+def test_bad_cpu_binding(case, tiny_models):
+    """SGLang's SGLANG_CPU_OMP_THREADS_BIND, refused at start in one line that names it."""
+    proc = _launch("--model-path", str(tiny_models["target"]), env={"SGLANG_CPU_OMP_THREADS_BIND": BIND_CASES[case]})
+    _assert_one_line(proc, "SGLANG_CPU_OMP_THREADS_BIND")
 
 
 def test_missing_model_dir(tmp_path):

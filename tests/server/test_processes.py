@@ -115,3 +115,22 @@ def test_num_threads_sizes_the_engine_process_pools(server):
     """--num-threads 1 (the fixture's) reaches the scheduler thread's OpenMP/MKL pools through the environment."""
     environ = Path(f"/proc/{_engine_pid(server)}/environ").read_bytes().split(b"\0")
     assert b"OMP_NUM_THREADS=1" in environ and b"MKL_NUM_THREADS=1" in environ
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binding needs two cores to split")
+def test_cpu_binding_puts_the_engine_on_its_cores_and_the_front_on_the_rest(tiny_models, tmp_path):
+    """SGLANG_CPU_OMP_THREADS_BIND (SGLang's): every thread of the engine process runs on the named core, every
+    thread of the front on the others, and the server still serves."""
+    cores = sorted(os.sched_getaffinity(0))
+    port = free_port()
+    proc = server_process(tiny_models["target"], tmp_path / "server.log", port)
+    proc.env["SGLANG_CPU_OMP_THREADS_BIND"] = str(cores[-1])
+    with proc:
+        body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+        assert requests.post(proc.base_url + "/generate", json=body, timeout=60).status_code == 200
+
+        def affinity(pid: int) -> set[frozenset[int]]:
+            return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}
+
+        assert affinity(_engine_pid(proc)) == {frozenset(cores[-1:])}
+        assert affinity(proc.proc.pid) == {frozenset(cores[:-1])}

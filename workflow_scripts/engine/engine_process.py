@@ -127,6 +127,8 @@ def serve(engine, requests: zmq.Socket, replies: zmq.Socket, sink: EventSink) ->
 def main(argv: Sequence[str]) -> int:
     config = json.loads(argv[0])
     die_with_parent(config["parent_pid"])
+    if config["cpus"]:  # SGLANG_CPU_OMP_THREADS_BIND, checked by the front; before torch and ZMQ start threads
+        os.sched_setaffinity(0, config["cpus"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(

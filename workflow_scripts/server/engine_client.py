@@ -58,6 +58,7 @@ def engine_config(args: ServerArgs, requests_address: str, outputs_address: str)
         "random_seed": args.random_seed,
         "context_length": args.context_length,
         "num_threads": args.num_threads,
+        "cpus": list(args.engine_cpus) if args.engine_cpus else None,
         "dtype": args.dtype,
         "chunked_prefill_size": args.chunked_prefill_size,
         "enable_mixed_chunk": args.enable_mixed_chunk,

@@ -23,6 +23,7 @@ import aiohttp
 import uvicorn
 
 from workflow_scripts.server.chat_template import load_chat_template
+from workflow_scripts.server.cpu_binding import bind_front
 from workflow_scripts.server.engine_client import EngineClient, EngineStartError
 from workflow_scripts.server.http_api import ServerState, create_app
 from workflow_scripts.server.http_schemas import ModelLimits
@@ -206,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerArgsError as err:
         return _fail(str(err))
     configure_logging(args.log_level)
+    bind_front(frozenset(args.engine_cpus or ()))  # before any thread starts: they inherit it
     caught: list[int] = []
     code = asyncio.run(_run(args, caught))
     for sig in reversed(caught):  # end as the signal's default action would, as uvicorn does

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SpecConfig, chunked_prefill_problem
+from workflow_scripts.server.cpu_binding import CpuBindingError, engine_cpus
 from workflow_scripts.speculation_rules import speculation_problem
 
 SPEC_ALGORITHMS = ("STANDALONE", "NGRAM")
@@ -56,6 +57,7 @@ class ServerArgs:
     stream_interval: int = 1
     enable_metrics: bool = False
     api_key: str | None = None
+    engine_cpus: tuple[int, ...] | None = None  # SGLANG_CPU_OMP_THREADS_BIND (server/cpu_binding.py)
 
     def spec_config(self) -> SpecConfig | None:
         """The engine's view of the speculation flags (None when not speculating)."""
@@ -178,6 +180,10 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
     if not 1 <= ns.port <= 65535:
         raise ServerArgsError(f"--port must be in 1..65535, got {ns.port}")
     steps, topk, draft_tokens = _resolve_speculation(ns)
+    try:
+        cpus = engine_cpus()
+    except CpuBindingError as err:
+        raise ServerArgsError(str(err)) from None
     target = read_model_config(ns.model_path, "--model-path")
     tokenizer_path = ns.tokenizer_path or ns.model_path
     tokenizer_file = Path(tokenizer_path) / "tokenizer.json"
@@ -214,4 +220,5 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
         stream_interval=ns.stream_interval,
         enable_metrics=ns.enable_metrics,
         api_key=ns.api_key,
+        engine_cpus=tuple(sorted(cpus)) if cpus else None,
     )
