@@ -9,6 +9,13 @@ also gives steps-K ÷ baseline on each side, paired by round as the study pairs 
 server taxed speculation more than plain decoding, the two ratios would differ. The 2 × settings cells of a round
 run in a seeded random order (client/rounds.py), so a drift in the machine's load hits every side alike.
 
+The host's speed moves by tens of percent between two cells seconds apart, which a ratio of consecutive cells
+carries whole. So each side also reads its engine's own forward counters around each cell (/server_info's
+internal state through HTTP, `Engine.stats()` in-process): tokens per forward-second is the engine's pace in that
+cell. HTTP ÷ in-process then splits into the pace ratio (the forwards ran slower: the host, or the server's other
+processes competing for the core, caches or memory) and the rest (time outside forwards: the requests' way
+through the front and the client, the idle engine between them).
+
 The client's CPU time per streamed chunk and its headroom (the chunk rate one core of client could sustain ÷ the
 chunk rate the server produced) say whether the client itself is what limits a measurement.
 
@@ -39,6 +46,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
+import requests  # noqa: E402
 
 from benchmarks.engine_bench import Timed  # noqa: E402
 from benchmarks.engine_bench import run_cell as run_in_process  # noqa: E402
@@ -48,7 +56,7 @@ from workflow_scripts.client.cell import CellPlan, CellResult, run_cell  # noqa:
 from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts  # noqa: E402
 from workflow_scripts.client.rounds import seeded_order  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
-from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
+from workflow_scripts.engine.types import FORWARD_MODES, SamplingParams, SpecConfig  # noqa: E402
 from workflow_scripts.launcher.command import ServerSpec, build_command  # noqa: E402
 from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: E402
 from workflow_scripts.server.cpu_binding import ENV as BIND_ENV  # noqa: E402
@@ -83,6 +91,16 @@ def in_process_tok_s(cell: list[Timed], warmup: int, concurrency: int) -> float:
         np.concatenate(chunk_ts),
         np.concatenate(chunk_tokens),
     )
+
+
+def engine_counters(stats: dict) -> np.ndarray:
+    """(tokens generated, wall seconds in forwards of every mode) so far, from the engine's stats."""
+    return np.array([stats["total_generated_tokens"], sum(stats[f"total_{mode}_seconds"] for mode in FORWARD_MODES)])
+
+
+def server_counters(url: str) -> np.ndarray:
+    """The same for a server, from its /server_info (the engine's internal state)."""
+    return engine_counters(requests.get(url + "/server_info", timeout=30).json()["internal_states"][0])
 
 
 def settings(steps: int | None) -> dict[str, dict]:
@@ -132,8 +150,10 @@ def main() -> None:
     print("| C | round | setting | side | HTTP tok/s | chunks | client CPU ms/chunk | client CPU ms/token "
           "| client CPU share | headroom | in-process tok/s | HTTP ÷ in-process |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    # measured[(c, setting, side)] = the steady-window tok/s of each round, in round order
+    # measured[(c, setting, side)] = the steady-window tok/s of each round, in round order; pace[...] the engine's
+    # tokens per forward-second over the same cells
     measured: dict[tuple[int, str, str], list[float]] = {}
+    pace: dict[tuple[int, str, str], list[float]] = {}
     with ExitStack() as stack:
         urls, engines = {}, {}
         for name, setting in compared.items():
@@ -156,17 +176,22 @@ def main() -> None:
                                         "client_overhead", c, rnd):
                     name, side = key.split("|")
                     if side in servers:
+                        before = server_counters(urls[name, side])
                         result = run_cell(urls[name, side], plan, prompts, params, f"c{c}r{rnd}{name}{side}")
+                        tokens, seconds = server_counters(urls[name, side]) - before
                         _check(c, name, result)
                         http_results[name, side] = result
                         measured.setdefault((c, name, side), []).append(http_tok_s(result, c))
                     else:
+                        before = engine_counters(engines[name].stats())
                         cell = run_in_process(engines[name], ids, engine_params, c)
+                        tokens, seconds = engine_counters(engines[name].stats()) - before
                         measured.setdefault((c, name, side), []).append(in_process_tok_s(cell, plan.warmup, c))
+                    pace.setdefault((c, name, side), []).append(tokens / seconds)
                 for (name, side), result in http_results.items():
                     _report(c, rnd, name, side, result, measured[c, name, side][-1],
                             measured[c, name, "in-process"][-1])
-    _summary(args.concurrency, list(compared), list(servers), measured)
+    _summary(args.concurrency, list(compared), list(servers), measured, pace)
 
 
 def _check(c: int, name: str, result: CellResult) -> None:
@@ -190,13 +215,18 @@ def _report(c: int, rnd: int, name: str, side: str, result: CellResult, http: fl
 
 
 def _summary(concurrency: list[int], names: list[str], servers: list[str],
-             measured: dict[tuple[int, str, str], list[float]]) -> None:
+             measured: dict[tuple[int, str, str], list[float]], pace: dict[tuple[int, str, str], list[float]]) -> None:
     print()
     for name in names:
         for side in servers:
-            print(f"median {side} ÷ in-process, {name}: " + ", ".join(
-                f"C={c}: {statistics.median(np.divide(measured[c, name, side], measured[c, name, 'in-process'])):.2f}"
-                for c in concurrency))
+            print(f"{side} ÷ in-process, {name}, geometric mean of the within-round ratios [95% CI]: the tok/s; the "
+                  "engine's pace (tokens per forward-second); the rest (tok/s ratio ÷ pace ratio)")
+            for c in concurrency:
+                http, local = (np.array(measured[c, name, s]) for s in (side, "in-process"))
+                http_pace, local_pace = (np.array(pace[c, name, s]) for s in (side, "in-process"))
+                print(f"  C={c}: tok/s {_ratio_text(paired_ratio(local, http))} (median "
+                      f"{statistics.median(http / local):.2f}); pace {_ratio_text(paired_ratio(local_pace, http_pace))}; "
+                      f"rest {_ratio_text(paired_ratio(local / local_pace, http / http_pace))}")
         if "http-bound" in servers:
             print(f"http-bound ÷ http, {name}, geometric mean of the within-round ratios [95% CI]: " + ", ".join(
                 f"C={c}: " + _ratio_text(paired_ratio(np.array(measured[c, name, "http"]),
