@@ -12,16 +12,17 @@ run in a seeded random order (client/rounds.py), so a drift in the machine's loa
 The host's speed moves by tens of percent between two cells seconds apart, which a ratio of consecutive cells
 carries whole. So each side also reads its engine's own forward counters around each cell (/server_info's
 internal state through HTTP, `Engine.stats()` in-process): tokens per forward-second is the engine's pace in that
-cell. HTTP ÷ in-process then splits into the pace ratio (the forwards ran slower: the host, or the server's other
-processes competing for the core, caches or memory) and the rest (time outside forwards: the requests' way
-through the front and the client, the idle engine between them).
+cell. HTTP ÷ in-process then splits into the pace ratio (the forwards ran slower: the host, the server's other
+processes competing for the core, caches or memory, or more and smaller prefills of requests that arrived apart)
+and the rest (time outside forwards: the requests' way through the front and the client, the idle engine between
+them). The seconds per decode forward, compared the same way, tell the decode forwards apart from the prefills.
 
 The client's CPU time per streamed chunk and its headroom (the chunk rate one core of client could sustain ÷ the
 chunk rate the server produced) say whether the client itself is what limits a measurement.
 
     python -m benchmarks.client_overhead --model results/smoke/models/target [--concurrency 1 4 16 64]
         [--streaming incremental|cumulative] [--per-concurrency 4]
-        [--draft results/smoke/models/draft --speculative-num-steps 2] [--omp-threads-bind 1]
+        [--draft results/smoke/models/draft --speculative-num-steps 2] [--omp-threads-bind 1] [--stream-interval N]
 
 `--omp-threads-bind CORES` adds a third side, "http-bound": another server per setting started with SGLang's
 `SGLANG_CPU_OMP_THREADS_BIND=CORES` (server/cpu_binding.py: the engine process on those cores, the front on the
@@ -94,8 +95,10 @@ def in_process_tok_s(cell: list[Timed], warmup: int, concurrency: int) -> float:
 
 
 def engine_counters(stats: dict) -> np.ndarray:
-    """(tokens generated, wall seconds in forwards of every mode) so far, from the engine's stats."""
-    return np.array([stats["total_generated_tokens"], sum(stats[f"total_{mode}_seconds"] for mode in FORWARD_MODES)])
+    """(tokens generated, wall seconds in forwards of every mode, in decode forwards, decode forwards) so far, from
+    the engine's stats."""
+    return np.array([stats["total_generated_tokens"], sum(stats[f"total_{mode}_seconds"] for mode in FORWARD_MODES),
+                     stats["total_decode_seconds"], stats["total_decode_forwards"]])
 
 
 def server_counters(url: str) -> np.ndarray:
@@ -113,7 +116,7 @@ def settings(steps: int | None) -> dict[str, dict]:
 
 
 def spec_config(setting: dict, draft: Path | None) -> SpecConfig | None:
-    if not setting:
+    if "speculative_num_steps" not in setting:
         return None
     return SpecConfig("STANDALONE", setting["speculative_num_steps"], 1, setting["speculative_num_draft_tokens"], draft)
 
@@ -132,12 +135,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds per concurrency (medians, paired CIs)")
     parser.add_argument("--omp-threads-bind", default=None, metavar="CORES",
                         help="also measure servers started with SGLANG_CPU_OMP_THREADS_BIND=CORES (side http-bound)")
+    parser.add_argument("--stream-interval", type=int, default=None,
+                        help="the servers' --stream-interval (SGLang's: a chunk every N tokens): how much of the "
+                             "HTTP side's cost is the per-token work of the front and the client")
     parser.add_argument("--log", type=Path, default=Path("/tmp/client_overhead_server.log"))
     args = parser.parse_args()
     if args.speculative_num_steps < 1:
         parser.error("--speculative-num-steps must be at least 1")
 
     compared = settings(args.speculative_num_steps if args.draft else None)
+    if args.stream_interval:
+        compared = {name: {**setting, "extra_args": ["--stream-interval", str(args.stream_interval)]}
+                    for name, setting in compared.items()}
     prompts = synthetic_prompts(load_tokenizer(args.model), 64, 32, seed=0)
     params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": args.output_len, "ignore_eos": True}
     engine_params = SamplingParams(temperature=0.0, max_new_tokens=args.output_len, ignore_eos=True)
@@ -151,9 +160,9 @@ def main() -> None:
           "| client CPU share | headroom | in-process tok/s | HTTP ÷ in-process |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     # measured[(c, setting, side)] = the steady-window tok/s of each round, in round order; pace[...] the engine's
-    # tokens per forward-second over the same cells
+    # tokens per forward-second and decode forwards per decode-second over the same cells
     measured: dict[tuple[int, str, str], list[float]] = {}
-    pace: dict[tuple[int, str, str], list[float]] = {}
+    pace: dict[tuple[int, str, str], list[tuple[float, float]]] = {}
     with ExitStack() as stack:
         urls, engines = {}, {}
         for name, setting in compared.items():
@@ -178,16 +187,17 @@ def main() -> None:
                     if side in servers:
                         before = server_counters(urls[name, side])
                         result = run_cell(urls[name, side], plan, prompts, params, f"c{c}r{rnd}{name}{side}")
-                        tokens, seconds = server_counters(urls[name, side]) - before
+                        counted = server_counters(urls[name, side]) - before
                         _check(c, name, result)
                         http_results[name, side] = result
                         measured.setdefault((c, name, side), []).append(http_tok_s(result, c))
                     else:
                         before = engine_counters(engines[name].stats())
                         cell = run_in_process(engines[name], ids, engine_params, c)
-                        tokens, seconds = engine_counters(engines[name].stats()) - before
+                        counted = engine_counters(engines[name].stats()) - before
                         measured.setdefault((c, name, side), []).append(in_process_tok_s(cell, plan.warmup, c))
-                    pace.setdefault((c, name, side), []).append(tokens / seconds)
+                    tokens, seconds, decode_s, decodes = counted
+                    pace.setdefault((c, name, side), []).append((tokens / seconds, decodes / decode_s))
                 for (name, side), result in http_results.items():
                     _report(c, rnd, name, side, result, measured[c, name, side][-1],
                             measured[c, name, "in-process"][-1])
@@ -215,18 +225,22 @@ def _report(c: int, rnd: int, name: str, side: str, result: CellResult, http: fl
 
 
 def _summary(concurrency: list[int], names: list[str], servers: list[str],
-             measured: dict[tuple[int, str, str], list[float]], pace: dict[tuple[int, str, str], list[float]]) -> None:
+             measured: dict[tuple[int, str, str], list[float]],
+             pace: dict[tuple[int, str, str], list[tuple[float, float]]]) -> None:
     print()
     for name in names:
         for side in servers:
             print(f"{side} ÷ in-process, {name}, geometric mean of the within-round ratios [95% CI]: the tok/s; the "
-                  "engine's pace (tokens per forward-second); the rest (tok/s ratio ÷ pace ratio)")
+                  "engine's pace (tokens per forward-second); the rest (tok/s ratio ÷ pace ratio); decode forwards "
+                  "per decode-second")
             for c in concurrency:
                 http, local = (np.array(measured[c, name, s]) for s in (side, "in-process"))
-                http_pace, local_pace = (np.array(pace[c, name, s]) for s in (side, "in-process"))
+                (http_pace, http_decode), (local_pace, local_decode) = (np.array(pace[c, name, s]).T
+                                                                        for s in (side, "in-process"))
                 print(f"  C={c}: tok/s {_ratio_text(paired_ratio(local, http))} (median "
                       f"{statistics.median(http / local):.2f}); pace {_ratio_text(paired_ratio(local_pace, http_pace))}; "
-                      f"rest {_ratio_text(paired_ratio(local / local_pace, http / http_pace))}")
+                      f"rest {_ratio_text(paired_ratio(local / local_pace, http / http_pace))}; "
+                      f"decode {_ratio_text(paired_ratio(local_decode, http_decode))}")
         if "http-bound" in servers:
             print(f"http-bound ÷ http, {name}, geometric mean of the within-round ratios [95% CI]: " + ", ".join(
                 f"C={c}: " + _ratio_text(paired_ratio(np.array(measured[c, name, "http"]),

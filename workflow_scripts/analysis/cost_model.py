@@ -131,8 +131,9 @@ class CostFit:
             return 0.0
         cost, delta = self.step_cost(steps, concurrency), self.per_draft.get(concurrency, np.nan) * spread
         predicted = self.speedup(tokens_per_verify, steps, workload, concurrency, prefill_share)
+        # a step that drafts costs at least a plain decode step, however wide the range
         return 100 * max(abs(predicted / self.speedup(tokens_per_verify, steps, workload, concurrency, prefill_share,
-                                                      cost + d) - 1) for d in (delta, -delta))
+                                                      max(cost + d, 1.0)) - 1) for d in (delta, -delta))
 
 
 def draft_units(units: dict[tuple[int, int], float], steps: int, concurrency: int) -> float:
