@@ -142,6 +142,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.speculative_num_steps < 1:
         parser.error("--speculative-num-steps must be at least 1")
+    if args.stream_interval is not None and args.stream_interval < 1:
+        parser.error(f"--stream-interval must be at least 1, got {args.stream_interval}")
 
     compared = settings(args.speculative_num_steps if args.draft else None)
     if args.stream_interval:

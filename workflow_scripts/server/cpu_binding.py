@@ -3,14 +3,15 @@ front (HTTP, tokenizer, detokenizer) on the others.
 
 SGLang's CPU backend reads the variable as one group of cores per tensor-parallel rank ("0-39|43-82"), binds each
 rank's scheduler threads to its group and leaves the remaining cores "for other tasks". The embedded engine runs
-one rank. Unbound, the kernel wakes the front, or a client on the same host, on whichever core is free at that
-moment, which at C=1 is often the engine's own: each streamed token then preempts the forward it is waiting for.
+one rank. Unbound, the kernel may wake the front, or a client on the same host, on the core the engine's forward
+runs on; bound, they keep apart (on the 2-core AMD EPYC that made no measured difference: README, Client and
+server overhead).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 ENV = "SGLANG_CPU_OMP_THREADS_BIND"
 
@@ -51,8 +52,8 @@ def engine_cpus(environ: Mapping[str, str] = os.environ) -> frozenset[int] | Non
     return cpus
 
 
-def bind_front(cpus: frozenset[int] | None) -> None:
+def bind_front(cpus: Collection[int] | None) -> None:
     """Move this process (call it before it starts any thread: threads inherit it) off the engine's cores, where
     any core is left; with the engine bound to every core, the front stays where it is."""
-    if cpus and (rest := os.sched_getaffinity(0) - cpus):
+    if cpus and (rest := os.sched_getaffinity(0) - set(cpus)):
         os.sched_setaffinity(0, rest)

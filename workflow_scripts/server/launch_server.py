@@ -207,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ServerArgsError as err:
         return _fail(str(err))
     configure_logging(args.log_level)
-    bind_front(frozenset(args.engine_cpus or ()))  # before any thread starts: they inherit it
+    bind_front(args.engine_cpus)  # before any thread starts: they inherit it
     caught: list[int] = []
     code = asyncio.run(_run(args, caught))
     for sig in reversed(caught):  # end as the signal's default action would, as uvicorn does
