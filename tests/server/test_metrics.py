@@ -118,17 +118,22 @@ def test_a_time_sliced_servers_cpu_clock_counts_only_its_turns(tiny_models, tmp_
     try:
         server.start()
         with Conductor({"server": server.proc.pid, "other": other.pid}, 0.03, ["server", "other"]) as conductor:
-            before, records, after = asyncio.run(_cell(server.base_url, 16))
-        assert all(r.error is None for r in records), [r.error for r in records]
-        d = cell_deltas(before, after)
+            # A freeze swells a forward's wall time by the other member's whole turn only where it lands in the
+            # middle of one, which is chance: the forwards fill part of the server's turns, less on a fast host
+            # (one cell of ~10 freezes once had none land in a forward). So cells are sent until a freeze was
+            # counted, five at most, and the CPU bound holds over all of them.
+            first = None
+            for _ in range(5):
+                before, records, after = asyncio.run(_cell(server.base_url, 16))
+                assert all(r.error is None for r in records), [r.error for r in records]
+                d = cell_deltas(first := first or before, after)
+                wall = sum(d[f"specstudy:{mode}_forward_seconds_total"] for mode in FORWARD_MODES)
+                cpu = sum(d[f"specstudy:{mode}_forward_cpu_seconds_total"] for mode in FORWARD_MODES)
+                if wall - cpu >= conductor.slice_s:
+                    break
         ran = sum(end - start for start, end in conductor.intervals["server"])
-        wall = sum(d[f"specstudy:{mode}_forward_seconds_total"] for mode in FORWARD_MODES)
-        cpu = sum(d[f"specstudy:{mode}_forward_cpu_seconds_total"] for mode in FORWARD_MODES)
         assert 0 < cpu <= ran * 1.05, (cpu, ran)  # the turns' length bounds the forwards' CPU time
-        # while a freeze in the middle of a forward swells its wall time by the other member's whole turn. How many
-        # of the ~10 freezes land in a forward depends on the host's other load (1.9-2.3x the CPU time on a quiet
-        # host, once under 1.5x beside another test worker), so the bound asks for one whole turn: no count of
-        # freezes, only that one was counted
+        # no count of freezes (how many land in a forward depends on the host's load), only that one was counted
         assert wall - cpu >= conductor.slice_s, (wall, cpu)
     finally:
         server.stop()
