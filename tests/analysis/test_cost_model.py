@@ -11,8 +11,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.analysis.cost_model import (MEASURED, CostFit, analyse, expected_tokens, geometric_alpha,
-                                                  profile_units)
+from workflow_scripts.analysis.cost_model import (MEASURED, CostFit, StepShape, analyse, expected_tokens,
+                                                  geometric_alpha, profile_units)
 from workflow_scripts.analysis.study_config import StudyConfig
 
 ALPHAS = {"synthetic": [0.85, 0.75, 0.7, 0.65], "realistic": [0.6, 0.5, 0.45, 0.4]}
@@ -149,7 +149,7 @@ def test_a_forward_profile_shapes_the_step_cost_past_the_measured_steps():
     """Cells made with a step cost that is not linear in k, measured at steps 1-3: the profile's shape predicts
     steps 4 and 5 where a line through 1-3 cannot, and the fit recovers the profile's scale."""
     units = {(c, k): u[k - 1] for c, u in PROFILE_UNITS.items() for k in range(1, 7)}
-    true = CostFit(overhead=0.0, per_draft={1: 1.3, 4: 1.1, 16: 0.9, 64: 0.8}, units=units)
+    true = CostFit(overhead=0.0, per_draft={1: 1.3, 4: 1.1, 16: 0.9, 64: 0.8}, shape=StepShape(units))
     measured = {"steps1": 1, "steps2": 2, "steps3": 3}
     requests, summary = synthetic_study(np.random.default_rng(5), settings=measured, noise=0.01, true=true)
     cfg = study_config(measured, predict_max_steps=5)
@@ -177,7 +177,7 @@ def test_the_profiles_range_widens_the_stated_error_of_the_unmeasured_steps_only
     steps keep the validation's error."""
     off = {c: [x * (1.2 if k >= 4 else 1.0) for k, x in enumerate(u, 1)] for c, u in PROFILE_UNITS.items()}
     true = CostFit(overhead=0.0, per_draft={1: 1.3, 4: 1.1, 16: 0.9, 64: 0.8},
-                   units={(c, k): u[k - 1] for c, u in off.items() for k in range(1, 7)})
+                   shape=StepShape({(c, k): u[k - 1] for c, u in off.items() for k in range(1, 7)}))
     measured = {"steps1": 1, "steps2": 2, "steps3": 3}
     requests, summary = synthetic_study(np.random.default_rng(8), settings=measured, noise=0.01, true=true)
     cfg = study_config(measured, predict_max_steps=5)

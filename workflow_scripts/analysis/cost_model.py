@@ -91,9 +91,19 @@ def expected_tokens(alphas: Sequence[float], steps: int) -> float:
 
 
 @dataclass(frozen=True)
+class StepShape:
+    """What shapes the step cost: u(k, C) per (C, k) from a forward profile ({}: linear in k), half the range of u
+    over the profile's repeats per (C, k) (its uncertainty), and a line saying which."""
+
+    units: dict[tuple[int, int], float] = field(default_factory=dict)
+    spread: dict[tuple[int, int], float] = field(default_factory=dict)
+    text: str = "linear in the drafts"
+
+
+@dataclass(frozen=True)
 class CostFit:
     """r(k, C) = 1 + overhead + per_draft[C]·u(k, C) plain decode steps per speculative step (k = 0: 1), u from
-    ``units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a speculative setting's
+    ``shape.units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a speculative setting's
     prefill costs prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload, because
     what a prompt costs against the answer it precedes is the workload's (on the embedded engine the synthetic
     workload's ratio had a median of 1.25 over settings × C, the realistic one's 0.96)."""
@@ -101,15 +111,14 @@ class CostFit:
     overhead: float
     per_draft: dict[int, float]
     prefill_ratio: dict[tuple[str, int], float] = field(default_factory=dict)
-    units: dict[tuple[int, int], float] = field(default_factory=dict)
-    unit_spread: dict[tuple[int, int], float] = field(default_factory=dict)  # StepShape.spread
+    shape: StepShape = field(default_factory=StepShape)  # u(k, C) and its spread, from profile_units
 
     def step_cost(self, steps: int, concurrency: int) -> float:
         if steps == 0:
             return 1.0
         if concurrency not in self.per_draft:
             return float("nan")
-        return 1.0 + self.overhead + self.per_draft[concurrency] * draft_units(self.units, steps, concurrency)
+        return 1.0 + self.overhead + self.per_draft[concurrency] * draft_units(self.shape.units, steps, concurrency)
 
     def speedup(self, tokens_per_verify: float, steps: int, workload: str, concurrency: int,
                 prefill_share: float, step_cost: float | None = None) -> float:
@@ -126,7 +135,7 @@ class CostFit:
         """The largest |predicted ÷ true − 1| (%, the validation's convention) if the true step cost lay anywhere
         in the profile's range at (C, k): the step cost ± s_C × half the range of u over the profile's repeats
         (0 without a profile)."""
-        spread = self.unit_spread.get((concurrency, steps), 0.0)
+        spread = self.shape.spread.get((concurrency, steps), 0.0)
         if steps == 0 or not spread:
             return 0.0
         cost, delta = self.step_cost(steps, concurrency), self.per_draft.get(concurrency, np.nan) * spread
@@ -141,16 +150,6 @@ def draft_units(units: dict[tuple[int, int], float], steps: int, concurrency: in
     if not units:
         return float(steps)
     return units.get((concurrency, steps), float("nan"))
-
-
-@dataclass(frozen=True)
-class StepShape:
-    """What shapes the step cost: u(k, C) per (C, k) from a forward profile ({}: linear in k), half the range of u
-    over the profile's repeats per (C, k) (its uncertainty), and a line saying which."""
-
-    units: dict[tuple[int, int], float] = field(default_factory=dict)
-    spread: dict[tuple[int, int], float] = field(default_factory=dict)
-    text: str = "linear in the drafts"
 
 
 def profile_units(profile: pd.DataFrame | None, concurrencies: set[int]) -> StepShape:
@@ -189,7 +188,7 @@ def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     known = np.isfinite(u)  # a measured step past the profile's last has no shape to fit
     cells, r_obs, u = cells[known], r_obs[known], u[known]
     if cells.empty:
-        return CostFit(0.0, {}, prefill_ratio, units, shape.spread)
+        return CostFit(0.0, {}, prefill_ratio, shape)
     concs = sorted(cells["concurrency"].unique())
     with_overhead = cells["steps"].nunique() >= 2 and not units
     columns = [np.ones(len(cells))] if with_overhead else []
@@ -198,7 +197,7 @@ def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     coef, *_ = np.linalg.lstsq(design, (r_obs - 1) / r_obs, rcond=None)
     overhead = float(coef[0]) if with_overhead else 0.0
     per_draft = dict(zip((int(c) for c in concs), (float(x) for x in coef[1 if with_overhead else 0:])))
-    return CostFit(overhead, per_draft, prefill_ratio, units, shape.spread)
+    return CostFit(overhead, per_draft, prefill_ratio, shape)
 
 
 # ---- the study's data in the model's terms ----------------------------------------------------------------------
@@ -477,7 +476,7 @@ def parameter_table(source: str, model: Model, max_steps: int, cells: pd.DataFra
     for c, s in model.costs.per_draft.items():
         rows.append({"source": source, "parameter": "per_draft_cost", "concurrency": c, "value": s,
                      "note": "the profiled step cost's extra work scaled to the server's (1: as profiled)"
-                     if model.costs.units else
+                     if model.costs.shape.units else
                      "plain decode steps per draft position (draft forward + one more verified token)"})
         rows += [{"source": source, "parameter": "spec_step_cost", "concurrency": c, "position": k,
                   "value": model.costs.step_cost(k, c), "note": f"one step with {k} drafts, in plain decode steps"}
