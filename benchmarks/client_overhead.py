@@ -1,19 +1,29 @@
-"""What the server and the benchmark client cost the study: the same cells through HTTP and in-process, side by side.
+"""What the server and the benchmark client cost the study: the same cells through HTTP and on the engine alone, side
+by side.
 
-For each concurrency and round it runs one cell of each setting twice: through a real embedded server with the
-study's client, and on the engine driven in this process (no HTTP, no client). Both sides count the study's own
-figure, the aggregate tok/s over the cell's steady window (analysis/metrics.py), on the same prompts, concurrency
-and request count. "HTTP ÷ in-process" is what the server's processes and the client cost a setting. With a draft
-(`--draft`, `--speculative-num-steps K`), a STANDALONE steps-K setting runs beside the baseline and the summary
-also gives steps-K ÷ baseline on each side, paired by round as the study pairs it (analysis/paired.py): if the
-server taxed speculation more than plain decoding, the two ratios would differ. The 2 × settings cells of a round
-run in a seeded random order (client/rounds.py), so a drift in the machine's load hits every side alike.
+For each concurrency and round it runs one cell of each setting three times: through a real embedded server with the
+study's client ("http"); on that same server's engine, driven as a closed loop from inside its own process with no
+HTTP, front or client per request ("in-engine": POST /in_engine_bench, `--enable-in-engine-bench`); and on another
+engine driven in this process ("in-process"). All count the study's own figure, the aggregate tok/s over the cell's
+steady window (analysis/metrics.py), on the same prompts, concurrency and request count.
+
+- "http ÷ in-engine" is what the server's processes and the client cost a setting: one engine, two drivers.
+- "in-engine ÷ in-process" is the same engine code in two processes with no server in either. On these shared hosts
+  identical engine processes run at speeds several percent apart for their whole life (their memory and caches),
+  as large as the server's cost at C=1; a ratio of two processes carries that offset whole, however many rounds.
+- "http ÷ in-process" is both together (the figure before the in-engine side existed).
+
+With a draft (`--draft`, `--speculative-num-steps K`), a STANDALONE steps-K setting runs beside the baseline and the
+summary also gives steps-K ÷ baseline on each side, paired by round as the study pairs it (analysis/paired.py): if
+the server taxed speculation more than plain decoding, the HTTP and in-engine ratios would differ. The cells of a
+round run in a seeded random order (client/rounds.py), so a drift in the machine's load hits every side alike.
 
 The host's speed moves by tens of percent between two cells seconds apart, which a ratio of consecutive cells
 carries whole. So each side also reads its engine's own forward counters around each cell (/server_info's
-internal state through HTTP, `Engine.stats()` in-process): tokens per forward-second is the engine's pace in that
-cell. HTTP ÷ in-process then splits into the pace ratio (the forwards ran slower: the host, the server's other
-processes competing for the core, caches or memory, or more and smaller prefills of requests that arrived apart)
+internal state through HTTP and around the in-engine cell, `Engine.stats()` in-process): tokens per forward-second
+is the engine's pace in that cell. Each ratio then splits into the pace ratio (the forwards ran slower: the host,
+the server's other processes competing for the core, caches or memory, or more and smaller prefills of requests
+that arrived apart)
 and the rest (time outside forwards: the requests' way through the front and the client, the idle engine between
 them). The seconds per decode forward, compared the same way, tell the decode forwards apart from the prefills.
 
@@ -24,7 +34,7 @@ chunk rate the server produced) say whether the client itself is what limits a m
         [--streaming incremental|cumulative] [--per-concurrency 4]
         [--draft results/smoke/models/draft --speculative-num-steps 2] [--omp-threads-bind 1] [--stream-interval N]
 
-`--omp-threads-bind CORES` adds a third side, "http-bound": another server per setting started with SGLang's
+`--omp-threads-bind CORES` adds a side, "http-bound": another server per setting started with SGLang's
 `SGLANG_CPU_OMP_THREADS_BIND=CORES` (server/cpu_binding.py: the engine process on those cores, the front on the
 rest), measured in the same rounds, so that bound ÷ unbound is a ratio taken side by side.
 
@@ -63,6 +73,12 @@ from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: 
 from workflow_scripts.server.cpu_binding import ENV as BIND_ENV  # noqa: E402
 
 MIN_MEASURED = 8  # the study's benchmark.requests_per_cell.min
+# (numerator side, denominator side, what the ratio measures)
+COMPARISONS = [
+    ("http", "in-engine", "the server's cost: one engine, through HTTP or driven from its own process"),
+    ("in-engine", "in-process", "the same engine in two processes, no server in either: the process's own speed"),
+    ("http", "in-process", "both together"),
+]
 
 
 def http_tok_s(result: CellResult, concurrency: int) -> float:
@@ -106,6 +122,18 @@ def server_counters(url: str) -> np.ndarray:
     return engine_counters(requests.get(url + "/server_info", timeout=30).json()["internal_states"][0])
 
 
+def in_engine_cell(url: str, ids: list[list[int]], params: dict, concurrency: int) -> tuple[list[Timed], np.ndarray]:
+    """The cell on the server's own engine, driven from the engine process (POST /in_engine_bench), and the
+    engine's counters over it."""
+    resp = requests.post(url + "/in_engine_bench", json={"input_ids": ids, "sampling_params": params,
+                                                          "concurrency": concurrency}, timeout=900)
+    if resp.status_code != 200:
+        raise SystemExit(f"{url}/in_engine_bench: HTTP {resp.status_code}: {resp.text[:300]}")
+    body = resp.json()
+    cell = [Timed(r["submit"], r["times"], len(r["times"])) for r in body["requests"]]
+    return cell, engine_counters(body["engine_after"]) - engine_counters(body["engine_before"])
+
+
 def settings(steps: int | None) -> dict[str, dict]:
     """The compared settings as the study writes them (SGLang flag names, dashes as underscores)."""
     out: dict[str, dict] = {"baseline": {}}
@@ -145,10 +173,10 @@ def main() -> None:
     if args.stream_interval is not None and args.stream_interval < 1:
         parser.error(f"--stream-interval must be at least 1, got {args.stream_interval}")
 
-    compared = settings(args.speculative_num_steps if args.draft else None)
-    if args.stream_interval:
-        compared = {name: {**setting, "extra_args": ["--stream-interval", str(args.stream_interval)]}
-                    for name, setting in compared.items()}
+    extra = ["--enable-in-engine-bench"] + (["--stream-interval", str(args.stream_interval)]
+                                             if args.stream_interval else [])
+    compared = {name: {**setting, "extra_args": extra}
+                for name, setting in settings(args.speculative_num_steps if args.draft else None).items()}
     prompts = synthetic_prompts(load_tokenizer(args.model), 64, 32, seed=0)
     params = {"temperature": 0.0, "top_p": 1.0, "top_k": -1, "max_new_tokens": args.output_len, "ignore_eos": True}
     engine_params = SamplingParams(temperature=0.0, max_new_tokens=args.output_len, ignore_eos=True)
@@ -157,9 +185,9 @@ def main() -> None:
     spec = ServerSpec("embedded", str(args.model), str(args.draft) if args.draft else None, "127.0.0.1", slots, 0,
                       num_threads=1, incremental_streaming=incremental)
     servers = {"http": {}} | ({"http-bound": {BIND_ENV: args.omp_threads_bind}} if args.omp_threads_bind else {})
-    sides = [*servers, "in-process"]
+    sides = [*servers, "in-engine", "in-process"]
     print("| C | round | setting | side | HTTP tok/s | chunks | client CPU ms/chunk | client CPU ms/token "
-          "| client CPU share | headroom | in-process tok/s | HTTP ÷ in-process |")
+          "| client CPU share | headroom | in-engine tok/s | HTTP ÷ in-engine |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     # measured[(c, setting, side)] = the steady-window tok/s of each round, in round order; pace[...] the engine's
     # tokens per forward-second and decode forwards per decode-second over the same cells
@@ -193,6 +221,9 @@ def main() -> None:
                         _check(c, name, result)
                         http_results[name, side] = result
                         measured.setdefault((c, name, side), []).append(http_tok_s(result, c))
+                    elif side == "in-engine":
+                        cell, counted = in_engine_cell(urls[name, "http"], ids, params, c)
+                        measured.setdefault((c, name, side), []).append(in_process_tok_s(cell, plan.warmup, c))
                     else:
                         before = engine_counters(engines[name].stats())
                         cell = run_in_process(engines[name], ids, engine_params, c)
@@ -202,7 +233,7 @@ def main() -> None:
                     pace.setdefault((c, name, side), []).append((tokens / seconds, decodes / decode_s))
                 for (name, side), result in http_results.items():
                     _report(c, rnd, name, side, result, measured[c, name, side][-1],
-                            measured[c, name, "in-process"][-1])
+                            measured[c, name, "in-engine"][-1])
     _summary(args.concurrency, list(compared), list(servers), measured, pace)
 
 
@@ -212,7 +243,7 @@ def _check(c: int, name: str, result: CellResult) -> None:
         raise SystemExit(f"c={c} {name}: {len(errors)} requests failed, e.g. {errors[0]}")
 
 
-def _report(c: int, rnd: int, name: str, side: str, result: CellResult, http: float, in_process: float) -> None:
+def _report(c: int, rnd: int, name: str, side: str, result: CellResult, http: float, in_engine: float) -> None:
     """Print one round's row for one setting."""
     chunks = sum(len(r.chunk_ts) for r in result.records)
     tokens = sum(r.output_tokens or 0 for r in result.records)
@@ -221,7 +252,7 @@ def _report(c: int, rnd: int, name: str, side: str, result: CellResult, http: fl
     print(
         f"| {c} | {rnd} | {name} | {side} | {http:.0f} | {chunks} | {1e3 * cpu_per_chunk:.3f} | "
         f"{1e3 * result.client_cpu_s / tokens:.3f} | {result.client_cpu_s / result.wall_s:.0%} | {headroom:.1f}× "
-        f"| {in_process:.0f} | {http / in_process:.2f} |",
+        f"| {in_engine:.0f} | {http / in_engine:.2f} |",
         flush=True,
     )
 
@@ -231,18 +262,17 @@ def _summary(concurrency: list[int], names: list[str], servers: list[str],
              pace: dict[tuple[int, str, str], list[tuple[float, float]]]) -> None:
     print()
     for name in names:
-        for side in servers:
-            print(f"{side} ÷ in-process, {name}, geometric mean of the within-round ratios [95% CI]: the tok/s; the "
-                  "engine's pace (tokens per forward-second); the rest (tok/s ratio ÷ pace ratio); decode forwards "
-                  "per decode-second")
+        for num, den, what in COMPARISONS:
+            print(f"{num} ÷ {den}, {name} ({what}), geometric mean of the within-round ratios [95% CI]: the tok/s; "
+                  "the engine's pace (tokens per forward-second); the rest (tok/s ratio ÷ pace ratio); decode "
+                  "forwards per decode-second")
             for c in concurrency:
-                http, local = (np.array(measured[c, name, s]) for s in (side, "in-process"))
-                (http_pace, http_decode), (local_pace, local_decode) = (np.array(pace[c, name, s]).T
-                                                                        for s in (side, "in-process"))
-                print(f"  C={c}: tok/s {_ratio_text(paired_ratio(local, http))} (median "
-                      f"{statistics.median(http / local):.2f}); pace {_ratio_text(paired_ratio(local_pace, http_pace))}; "
-                      f"rest {_ratio_text(paired_ratio(local / local_pace, http / http_pace))}; "
-                      f"decode {_ratio_text(paired_ratio(local_decode, http_decode))}")
+                high, low = (np.array(measured[c, name, s]) for s in (num, den))
+                (high_pace, high_decode), (low_pace, low_decode) = (np.array(pace[c, name, s]).T for s in (num, den))
+                print(f"  C={c}: tok/s {_ratio_text(paired_ratio(low, high))} (median "
+                      f"{statistics.median(high / low):.2f}); pace {_ratio_text(paired_ratio(low_pace, high_pace))}; "
+                      f"rest {_ratio_text(paired_ratio(low / low_pace, high / high_pace))}; "
+                      f"decode {_ratio_text(paired_ratio(low_decode, high_decode))}")
         if "http-bound" in servers:
             print(f"http-bound ÷ http, {name}, geometric mean of the within-round ratios [95% CI]: " + ", ".join(
                 f"C={c}: " + _ratio_text(paired_ratio(np.array(measured[c, name, "http"]),
@@ -252,14 +282,14 @@ def _summary(concurrency: list[int], names: list[str], servers: list[str],
         return
     control, candidate = names
     print(f"\n{candidate} ÷ {control}, geometric mean of the within-round ratios [95% CI] (analysis/paired.py); the last "
-          "column pairs each round's HTTP ratio with its in-process ratio:")
-    print("| C | through HTTP | in-process | HTTP ratio ÷ in-process ratio |")
-    print("|---|---|---|---|")
+          "column pairs each round's HTTP ratio with its in-engine ratio (the same two engines):")
+    print("| C | through HTTP | in-engine | in-process | HTTP ratio ÷ in-engine ratio |")
+    print("|---|---|---|---|---|")
     for c in concurrency:
         ratio = {side: np.divide(measured[c, candidate, side], measured[c, control, side])
-                 for side in ("http", "in-process")}
+                 for side in ("http", "in-engine")}
         cells = [paired_ratio(np.array(measured[c, control, side]), np.array(measured[c, candidate, side]))
-                 for side in ("http", "in-process")] + [paired_ratio(ratio["in-process"], ratio["http"])]
+                 for side in ("http", "in-engine", "in-process")] + [paired_ratio(ratio["in-engine"], ratio["http"])]
         print(f"| {c} | " + " | ".join(_ratio_text(p) for p in cells) + " |")
 
 

@@ -22,9 +22,10 @@ import pandas as pd
 import torch
 from tqdm import tqdm
 
-from benchmarks.engine_bench import aggregate_tok_s, make_prompts, run_cell
+from benchmarks.engine_bench import aggregate_tok_s, make_prompts
 from workflow_scripts.analysis.cost_model import MEASURED, analyse
 from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.engine.closed_loop import run_cell
 from workflow_scripts.engine.scheduler import Engine
 from workflow_scripts.engine.types import SamplingParams, SpecConfig
 

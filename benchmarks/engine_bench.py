@@ -25,9 +25,7 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -37,32 +35,12 @@ import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
 from workflow_scripts.engine.model import DecoderModel  # noqa: E402
+from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
-from workflow_scripts.engine.types import SamplingParams, SpecConfig, TokenEvent  # noqa: E402
+from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
 
 
 MIN_REQUESTS_PER_CELL = 4  # low-concurrency cells run several requests back to back, to average out lengths
-
-
-@dataclass
-class Timed:
-    """One request's token timestamps (one per token) and final event."""
-
-    submit: float
-    times: list[float]
-    tokens: int = 0
-    final: TokenEvent | None = None
-
-    @property
-    def step_gaps(self) -> list[float]:
-        """Seconds between consecutive token events (one event per engine step, 1..k+1 tokens each)."""
-        events = sorted(set(self.times))
-        return [b - a for a, b in zip(events, events[1:])]
-
-    @property
-    def decode_tok_s(self) -> float:
-        span = self.times[-1] - self.times[0] if len(self.times) > 1 else 0.0
-        return (self.tokens - 1) / span if span > 0 else float("nan")
 
 
 def random_pair(out: Path) -> tuple[Path, Path]:
@@ -90,48 +68,6 @@ def make_prompts(model_dir: Path, n: int, realistic: bool, vocab: int, length: i
         return [tok.encode(definition_head(docs[i % len(docs)]), add_special_tokens=False).ids[:128] for i in range(n)]
     g = torch.Generator().manual_seed(n)
     return torch.randint(2, vocab, (n, length), generator=g).tolist()  # ids 0/1 are EOS/PAD in the built pair
-
-
-def run_cell(engine: Engine, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], concurrency: int,
-             timeout: float = 600.0) -> list[Timed]:
-    """Closed loop: keep `concurrency` requests in flight until every prompt is done (bounded wait).
-
-    `params` is one for all prompts, or one per prompt.
-    """
-    done = threading.Semaphore(0)
-    results: list[Timed] = []
-    pending = list(zip(prompts, params if isinstance(params, list) else [params] * len(prompts)))
-    lock = threading.Lock()
-
-    def submit_next() -> None:
-        with lock:
-            if not pending:
-                return
-            prompt, prompt_params = pending.pop(0)
-            rec = Timed(time.perf_counter(), [])
-            results.append(rec)
-        engine.submit(f"bench-{time.monotonic_ns()}-{len(results)}", prompt, prompt_params, sink_for(rec))
-
-    def sink_for(rec: Timed):
-        def sink(ev: TokenEvent) -> None:
-            now = time.perf_counter()
-            if ev.new_ids:
-                rec.times.extend([now] * len(ev.new_ids))
-                rec.tokens += len(ev.new_ids)
-            if ev.finished:
-                rec.final = ev
-                submit_next()
-                done.release()
-
-        return sink
-
-    for _ in range(min(concurrency, len(prompts))):
-        submit_next()
-    deadline = time.monotonic() + timeout
-    for _ in prompts:
-        if not done.acquire(timeout=max(0.0, deadline - time.monotonic())):
-            raise TimeoutError("benchmark cell did not finish in time")
-    return results
 
 
 def aggregate_tok_s(cell: list[Timed]) -> float:

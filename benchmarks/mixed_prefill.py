@@ -34,7 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from benchmarks.engine_bench import Timed, aggregate_tok_s, make_prompts, md_table, random_pair, run_cell  # noqa: E402
+from benchmarks.engine_bench import aggregate_tok_s, make_prompts, md_table, random_pair  # noqa: E402
+from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
 from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SamplingParams, SpecConfig  # noqa: E402
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.client_overhead import http_tok_s, in_process_tok_s
-from benchmarks.engine_bench import Timed
+from workflow_scripts.engine.closed_loop import Timed
 from tests.analysis.request_data import cell, frame
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.client.cell import CellResult

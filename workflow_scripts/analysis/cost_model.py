@@ -593,8 +593,8 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
              + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else "") + "."]
     lines.append(f"  - Step cost: {data.shape.text}.")
     if data.geometric:
-        lines.append(f"  - From accept_length alone: one α for every draft position (no per-position acceptance), "
-                     f"no CIs (no repeats); steps past the measured ones assume that α holds.")
+        lines.append("  - From accept_length alone: one α for every draft position (no per-position acceptance), "
+                     "no CIs (no repeats); steps past the measured ones assume that α holds.")
     if validation.empty:
         lines.append("  - Leave-one-setting-out validation needs two speculative settings: predictions come "
                      "without a stated error.")

@@ -5,9 +5,11 @@
 
     requests (front PUSH -> engine PULL):  ("submit", rid, input_ids, SamplingParams) | ("abort", rid)
                                            | ("stats", token) | ("shutdown",)
+                                           | ("closed_loop", token, prompts, SamplingParams, concurrency, timeout_s)
     outputs  (engine PUSH -> front PULL):  ("ready", info) | ("failed", one_line) at start-up, then
                                            list[TokenEvent] (one forward's) | TokenEvent
                                            | ("refused", rid, message) | ("stats", token, dict)
+                                           | ("closed_loop", token, dict)
 
 Messages are pickled copies; nothing is shared. The main thread blocks on the requests socket (an idle engine
 costs no CPU) while the scheduling thread runs the batches and pushes each TokenEvent from its own socket.
@@ -29,7 +31,8 @@ from pathlib import Path
 
 import zmq
 
-from workflow_scripts.engine.types import EngineConfigError, SpecConfig, TokenEvent
+from workflow_scripts.engine.closed_loop import run_cell
+from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +81,10 @@ class EventSink:
             self._sockets.append(sock)
         return sock
 
+    def reply(self, msg: tuple) -> None:
+        """A reply to the front from a thread other than the main one (which owns the replies socket)."""
+        self._socket().send_pyobj(msg)
+
     def close(self) -> None:
         for sock in self._sockets:
             sock.close()
@@ -103,6 +110,25 @@ def load_engine(config: dict):
     )
 
 
+def closed_loop_cell(engine, token: int, prompts: list[list[int]], params: list[SamplingParams], concurrency: int,
+                     timeout_s: float, sink: EventSink) -> None:
+    """Run one closed-loop cell on the engine from this process (the in-engine bench) and reply with each
+    request's submit and token times (relative to the first submit) and output ids, and the engine's counters
+    around the cell. It is the HTTP path's own engine, so the two compare without another process's speed in
+    between: identical engine processes differ by several percent on a shared host."""
+    try:
+        before = engine.stats()
+        cell = run_cell(engine, prompts, params, concurrency, timeout_s)
+        after = engine.stats()
+    except (ValueError, TimeoutError) as err:
+        sink.reply(("closed_loop", token, {"error": str(err), "timed_out": isinstance(err, TimeoutError)}))
+        return
+    start = min(rec.submit for rec in cell)
+    requests = [{"submit": rec.submit - start, "times": [t - start for t in rec.times], "output_ids": rec.output_ids}
+                for rec in cell]
+    sink.reply(("closed_loop", token, {"requests": requests, "engine_before": before, "engine_after": after}))
+
+
 def serve(engine, requests: zmq.Socket, replies: zmq.Socket, sink: EventSink) -> None:
     """Run the front's commands until it says shutdown."""
     while True:
@@ -118,6 +144,9 @@ def serve(engine, requests: zmq.Socket, replies: zmq.Socket, sink: EventSink) ->
             engine.abort(msg[1])
         elif kind == "stats":
             replies.send_pyobj(("stats", msg[1], engine.stats()))
+        elif kind == "closed_loop":  # on a thread of its own, so that stats, aborts and shutdown still get through
+            threading.Thread(target=closed_loop_cell, args=(engine, *msg[1:], sink), name="in-engine-bench",
+                             daemon=True).start()
         elif kind == "shutdown":
             return
         else:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import ast
 import hashlib
-import json
 import shutil
 import tempfile
 from dataclasses import dataclass, field

@@ -94,7 +94,7 @@ class EngineClient:
         self._requests = requests
         self._outputs = outputs
         self._queues: dict[str, asyncio.Queue] = {}
-        self._stats: dict[int, asyncio.Future] = {}
+        self._calls: dict[int, asyncio.Future] = {}  # stats and closed_loop answers awaited, by token
         self._tokens = itertools.count()
         self._stopping = False
         self._reader: asyncio.Task | None = None
@@ -170,16 +170,25 @@ class EngineClient:
 
     async def stats(self) -> dict:
         """The scheduler's counters (Engine.stats()); raises EngineDied if the engine is gone."""
+        return await self._call(STATS_TIMEOUT_S, "stats")
+
+    async def closed_loop(self, prompts: list[list[int]], params: list[SamplingParams], concurrency: int,
+                          timeout_s: float) -> dict:
+        """Run one closed-loop cell on the engine itself (engine_process.closed_loop_cell: the in-engine bench)."""
+        return await self._call(timeout_s + STATS_TIMEOUT_S, "closed_loop", prompts, params, concurrency, timeout_s)
+
+    async def _call(self, timeout_s: float, kind: str, *args) -> dict:
+        """Send a command that the engine answers with (kind, token, dict), and await that answer."""
         if self.dead:
             raise EngineDied("the engine process is not running")
         token = next(self._tokens)
         future = asyncio.get_running_loop().create_future()
-        self._stats[token] = future
-        self._send(("stats", token))
+        self._calls[token] = future
+        self._send((kind, token, *args))
         try:
-            return await asyncio.wait_for(future, STATS_TIMEOUT_S)
+            return await asyncio.wait_for(future, timeout_s)
         finally:
-            self._stats.pop(token, None)
+            self._calls.pop(token, None)
 
     def _send(self, msg: tuple, warn: bool = True) -> None:
         """Never blocks: with no high-water mark a send only fails when no engine is connected, i.e. it is gone
@@ -201,8 +210,8 @@ class EngineClient:
                 queue = self._queues.pop(msg[1], None)
                 if queue is not None:
                     queue.put_nowait(EngineRefused(msg[2]))
-            elif msg[0] == "stats":
-                future = self._stats.get(msg[1])
+            elif msg[0] in ("stats", "closed_loop"):
+                future = self._calls.get(msg[1])
                 if future is not None and not future.done():
                     future.set_result(msg[2])
 
@@ -228,7 +237,7 @@ class EngineClient:
         for queue in self._queues.values():
             queue.put_nowait(died)
         self._queues.clear()
-        for future in self._stats.values():
+        for future in self._calls.values():
             if not future.done():
                 future.set_exception(died)
         self.on_death(returncode)

@@ -31,6 +31,7 @@ from workflow_scripts.server.http_schemas import (
     prepare_chat,
     prepare_completion,
     prepare_generate,
+    prepare_in_engine_bench,
 )
 from workflow_scripts.server.server_generate import Generator, PreparedRequest
 from workflow_scripts.engine.types import SamplingParams
@@ -52,6 +53,7 @@ class ServerState:
     engine: EngineClient
     incremental_streaming: bool = False  # --incremental-streaming-output: /generate streams deltas
     api_key: str | None = None  # --api-key
+    in_engine_bench: bool = False  # --enable-in-engine-bench: serve POST /in_engine_bench
     ready: bool = False  # set after the warm-up request; /health* answer 503 until then (and once the engine died)
     startup_time: float = field(default_factory=time.time)
 
@@ -231,6 +233,24 @@ def create_app(state: ServerState) -> FastAPI:
         async def metrics() -> Response:
             stats = await _engine_stats(state.engine)
             return Response(content=gen.metrics.render(stats), media_type=CONTENT_TYPE)
+
+    if state.in_engine_bench:
+
+        @app.post("/in_engine_bench", openapi_extra=operation({json_: {"type": "object"}}, body="InEngineBenchIn",
+                                                              unavailable=True))
+        async def in_engine_bench(request: Request) -> dict:
+            """A closed-loop cell on this server's own engine, driven from its process: what the same engine does
+            with no HTTP, front or client per request, so HTTP ÷ this is the server's cost alone."""
+            prompts, params, concurrency, timeout_s = prepare_in_engine_bench(await _json_body(request), state.limits)
+            try:
+                result = await state.engine.closed_loop(prompts, params, concurrency, timeout_s)
+            except EngineDied as err:
+                raise _engine_gone(err) from None
+            if "error" in result:
+                if result["timed_out"]:
+                    raise RequestError("timeout_s", result["error"], status_code=504)
+                raise _engine_refusal(ValueError(result["error"]))
+            return result
 
     @app.api_route("/flush_cache", methods=["GET", "POST"],
                    openapi_extra=operation({"text/plain": {"type": "string"}}))

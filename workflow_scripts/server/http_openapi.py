@@ -31,6 +31,7 @@ from workflow_scripts.server.http_schemas import (
     CompletionIn,
     GenerateIds,
     GenerateText,
+    InEngineBenchIn,
     ModelLimits,
     SamplingParamsIn,
 )
@@ -132,7 +133,7 @@ def _require_bearer(doc: dict) -> None:
 def build_openapi(app: FastAPI, limits: ModelLimits, api_key: bool) -> dict:
     doc = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
     schemas = doc.setdefault("components", {}).setdefault("schemas", {})
-    schemas.update(_model_schemas((SamplingParamsIn, GenerateText, GenerateIds, *RESPONSE_MODELS)))
+    schemas.update(_model_schemas((SamplingParamsIn, GenerateText, GenerateIds, InEngineBenchIn, *RESPONSE_MODELS)))
     schemas["GenerateReqInput"] = {"anyOf": [ref("GenerateText"), ref("GenerateIds")],
                                    "description": "give exactly one of text or input_ids"}
     schemas["CompletionRequest"] = _openai_request(schemas, CompletionIn, COMPLETION_SAMPLING_FIELDS,

@@ -477,3 +477,29 @@ def prepare_chat(body: dict, limits: ModelLimits) -> tuple[PreparedRequest, Chat
     except ValueError as err:  # the template refused the conversation
         raise RequestError("messages", str(err)) from None
     return _prepare_one(limits.encode(text), sp, limits, "messages", "", back, None), req
+
+
+class InEngineBenchIn(BaseModel):
+    """A cell of the in-engine bench (`--enable-in-engine-bench`): the prompts run as a closed loop on the engine
+    itself, `concurrency` in flight, with one sampling_params for all."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    input_ids: Annotated[list[list[int]], _schema({"type": "array", "items": PROMPT_TOKEN_IDS, "minItems": 1})]
+    sampling_params: Annotated[dict | None, _schema({"anyOf": [_ref("SamplingParamsIn"), NULL]})] = None
+    concurrency: Annotated[int, Field(ge=1)]
+    timeout_s: Annotated[float, Field(gt=0)] = 600.0
+
+
+def prepare_in_engine_bench(body: dict, limits: ModelLimits) -> tuple[list[list[int]], list[SamplingParams], int,
+                                                                       float]:
+    """(prompts, their engine params, concurrency, timeout) for an /in_engine_bench body."""
+    req = _validate(InEngineBenchIn, body)
+    if not req.input_ids:
+        raise RequestError("input_ids", "is an empty batch")
+    sp = _sampling(req.sampling_params if req.sampling_params is not None else {}, "sampling_params.", {})
+    if sp.stop:
+        raise RequestError("sampling_params.stop", "stop strings are the front's; the in-engine bench has none")
+    prepared = [_prepare_one(ids, sp, limits, f"input_ids.{i}", "sampling_params.", {}, None)
+                for i, ids in enumerate(req.input_ids)]
+    return [r.input_ids for r in prepared], [r.params for r in prepared], req.concurrency, req.timeout_s

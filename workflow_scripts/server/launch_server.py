@@ -100,6 +100,7 @@ def build_state(args: ServerArgs, engine: EngineClient, tokenizer) -> ServerStat
         engine=engine,
         incremental_streaming=args.incremental_streaming_output,
         api_key=args.api_key,
+        in_engine_bench=args.enable_in_engine_bench,
     )
 
 

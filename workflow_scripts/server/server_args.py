@@ -56,6 +56,7 @@ class ServerArgs:
     incremental_streaming_output: bool = False
     stream_interval: int = 1
     enable_metrics: bool = False
+    enable_in_engine_bench: bool = False
     api_key: str | None = None
     engine_cpus: tuple[int, ...] | None = None  # SGLANG_CPU_OMP_THREADS_BIND (server/cpu_binding.py)
 
@@ -116,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="streamed chunks come every N new tokens (and at the end); a request's own "
                         "sampling_params.stream_interval wins")
     p.add_argument("--enable-metrics", action="store_true", help="serve Prometheus metrics at /metrics")
+    p.add_argument("--enable-in-engine-bench", action="store_true",
+                   help="serve POST /in_engine_bench: a closed-loop cell run on this server's own engine, no HTTP "
+                        "per request (benchmarks/client_overhead.py; not an SGLang flag)")
     p.add_argument("--api-key", default=None,
                    help="require 'Authorization: Bearer KEY' on every route but /health (SGLang's rule)")
     return p
@@ -219,6 +223,7 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
         incremental_streaming_output=ns.incremental_streaming_output,
         stream_interval=ns.stream_interval,
         enable_metrics=ns.enable_metrics,
+        enable_in_engine_bench=ns.enable_in_engine_bench,
         api_key=ns.api_key,
         engine_cpus=tuple(sorted(cpus)) if cpus else None,
     )
