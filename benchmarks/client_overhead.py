@@ -34,9 +34,10 @@ chunk rate the server produced) say whether the client itself is what limits a m
         [--streaming incremental|cumulative] [--per-concurrency 4]
         [--draft results/smoke/models/draft --speculative-num-steps 2] [--omp-threads-bind 1] [--stream-interval N]
 
-`--omp-threads-bind CORES` adds a side, "http-bound": another server per setting started with SGLang's
-`SGLANG_CPU_OMP_THREADS_BIND=CORES` (server/cpu_binding.py: the engine process on those cores, the front on the
-rest), measured in the same rounds, so that bound ÷ unbound is a ratio taken side by side.
+`--omp-threads-bind CORES` adds two sides, "http-bound" and its "in-engine-bound": another server per setting
+started with SGLang's `SGLANG_CPU_OMP_THREADS_BIND=CORES` (server/cpu_binding.py: the engine's compute thread on
+those cores; the front and the engine's socket threads on the rest), measured in the same rounds, so that bound ÷
+unbound is a ratio taken side by side, and each server's cost is read against its own engine.
 
 `--per-concurrency 1` measures the study's own cell (C warm-up requests, then max(8, C) measured ones). The servers
 are started as the study starts them (`launcher.command.build_command`), streaming incremental deltas by default
@@ -59,13 +60,13 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 import numpy as np  # noqa: E402
 import requests  # noqa: E402
 
-from benchmarks.engine_bench import Timed  # noqa: E402
-from benchmarks.engine_bench import run_cell as run_in_process  # noqa: E402
 from workflow_scripts.analysis.metrics import steady_window_tok_s  # noqa: E402
 from workflow_scripts.analysis.paired import Paired, paired_ratio  # noqa: E402
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell  # noqa: E402
 from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts  # noqa: E402
 from workflow_scripts.client.rounds import seeded_order  # noqa: E402
+from workflow_scripts.engine.closed_loop import Timed  # noqa: E402
+from workflow_scripts.engine.closed_loop import run_cell as run_in_process  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
 from workflow_scripts.engine.types import FORWARD_MODES, SamplingParams, SpecConfig  # noqa: E402
 from workflow_scripts.launcher.command import ServerSpec, build_command  # noqa: E402
@@ -73,12 +74,16 @@ from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: 
 from workflow_scripts.server.cpu_binding import ENV as BIND_ENV  # noqa: E402
 
 MIN_MEASURED = 8  # the study's benchmark.requests_per_cell.min
-# (numerator side, denominator side, what the ratio measures)
-COMPARISONS = [
-    ("http", "in-engine", "the server's cost: one engine, through HTTP or driven from its own process"),
-    ("in-engine", "in-process", "the same engine in two processes, no server in either: the process's own speed"),
-    ("http", "in-process", "both together"),
-]
+IN_ENGINE = {"http": "in-engine", "http-bound": "in-engine-bound"}  # each server's own engine, driven in-engine
+
+
+def comparisons(servers: list[str]) -> list[tuple[str, str, str]]:
+    """(numerator side, denominator side, what the ratio measures) for the servers measured."""
+    return ([(s, IN_ENGINE[s], "the server's cost: one engine, through HTTP or driven from its own process")
+             for s in servers]
+            + [("in-engine", "in-process", "the same engine in two processes, no server in either: the process's "
+                                           "own speed")]
+            + [(s, "in-process", "both together") for s in servers])
 
 
 def http_tok_s(result: CellResult, concurrency: int) -> float:
@@ -185,7 +190,8 @@ def main() -> None:
     spec = ServerSpec("embedded", str(args.model), str(args.draft) if args.draft else None, "127.0.0.1", slots, 0,
                       num_threads=1, incremental_streaming=incremental)
     servers = {"http": {}} | ({"http-bound": {BIND_ENV: args.omp_threads_bind}} if args.omp_threads_bind else {})
-    sides = [*servers, "in-engine", "in-process"]
+    sides = [*servers, *(IN_ENGINE[s] for s in servers), "in-process"]
+    server_of = {IN_ENGINE[s]: s for s in servers}
     print("| C | round | setting | side | HTTP tok/s | chunks | client CPU ms/chunk | client CPU ms/token "
           "| client CPU share | headroom | in-engine tok/s | HTTP ÷ in-engine |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -221,8 +227,8 @@ def main() -> None:
                         _check(c, name, result)
                         http_results[name, side] = result
                         measured.setdefault((c, name, side), []).append(http_tok_s(result, c))
-                    elif side == "in-engine":
-                        cell, counted = in_engine_cell(urls[name, "http"], ids, params, c)
+                    elif side in server_of:
+                        cell, counted = in_engine_cell(urls[name, server_of[side]], ids, params, c)
                         measured.setdefault((c, name, side), []).append(in_process_tok_s(cell, plan.warmup, c))
                     else:
                         before = engine_counters(engines[name].stats())
@@ -233,7 +239,7 @@ def main() -> None:
                     pace.setdefault((c, name, side), []).append((tokens / seconds, decodes / decode_s))
                 for (name, side), result in http_results.items():
                     _report(c, rnd, name, side, result, measured[c, name, side][-1],
-                            measured[c, name, "in-engine"][-1])
+                            measured[c, name, IN_ENGINE[side]][-1])
     _summary(args.concurrency, list(compared), list(servers), measured, pace)
 
 
@@ -262,7 +268,7 @@ def _summary(concurrency: list[int], names: list[str], servers: list[str],
              pace: dict[tuple[int, str, str], list[tuple[float, float]]]) -> None:
     print()
     for name in names:
-        for num, den, what in COMPARISONS:
+        for num, den, what in comparisons(servers):
             print(f"{num} ÷ {den}, {name} ({what}), geometric mean of the within-round ratios [95% CI]: the tok/s; "
                   "the engine's pace (tokens per forward-second); the rest (tok/s ratio ÷ pace ratio); decode "
                   "forwards per decode-second")

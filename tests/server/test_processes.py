@@ -56,8 +56,10 @@ def _wait_group_gone(pgid: int) -> None:
     assert not _group_alive(pgid), f"processes of group {pgid} outlived the server"
 
 
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu_seconds(pid: int, tid: int | None = None) -> float:
+    """The process's CPU time, or one of its threads' (tid)."""
+    stat = Path(f"/proc/{pid}/stat" if tid is None else f"/proc/{pid}/task/{tid}/stat")
+    fields = stat.read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
 
 
@@ -118,19 +120,25 @@ def test_num_threads_sizes_the_engine_process_pools(server):
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="binding needs two cores to split")
-def test_cpu_binding_puts_the_engine_on_its_cores_and_the_front_on_the_rest(tiny_models, tmp_path):
-    """SGLANG_CPU_OMP_THREADS_BIND (SGLang's): every thread of the engine process runs on the named core, every
-    thread of the front on the others, and the server still serves."""
+def test_cpu_binding_puts_the_engine_compute_on_its_cores_and_the_rest_elsewhere(tiny_models, tmp_path):
+    """SGLANG_CPU_OMP_THREADS_BIND (SGLang's): the engine thread that runs the forwards is on the named core; the
+    engine process's threads that wait on sockets, and every thread of the front, are on the others; the server
+    still serves."""
     cores = sorted(os.sched_getaffinity(0))
     port = free_port()
     proc = server_process(tiny_models["target"], tmp_path / "server.log", port)
     proc.env["SGLANG_CPU_OMP_THREADS_BIND"] = str(cores[-1])
     with proc:
-        body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0, "max_new_tokens": 4}}
+        engine = _engine_pid(proc)
+        threads = [int(tid) for tid in os.listdir(f"/proc/{engine}/task")]
+        before = {tid: _cpu_seconds(engine, tid) for tid in threads}
+        body = {"input_ids": [1, 2, 3], "sampling_params": {"temperature": 0, "max_new_tokens": 64, "ignore_eos": True}}
         assert requests.post(proc.base_url + "/generate", json=body, timeout=60).status_code == 200
+        forwards = max(threads, key=lambda tid: _cpu_seconds(engine, tid) - before[tid])
 
-        def affinity(pid: int) -> set[frozenset[int]]:
-            return {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{pid}/task")}
-
-        assert affinity(_engine_pid(proc)) == {frozenset(cores[-1:])}
-        assert affinity(proc.proc.pid) == {frozenset(cores[:-1])}
+        assert os.sched_getaffinity(forwards) == set(cores[-1:])
+        assert os.sched_getaffinity(engine) == set(cores[:-1]), "the engine's main thread waits on the front"
+        assert {frozenset(os.sched_getaffinity(tid)) for tid in threads} == {frozenset(cores[-1:]),
+                                                                           frozenset(cores[:-1])}
+        front = {frozenset(os.sched_getaffinity(int(tid))) for tid in os.listdir(f"/proc/{proc.proc.pid}/task")}
+        assert front == {frozenset(cores[:-1])}

@@ -153,11 +153,25 @@ def serve(engine, requests: zmq.Socket, replies: zmq.Socket, sink: EventSink) ->
             log.error("engine process: unknown command %r ignored", kind)
 
 
+def compute_and_io_cores(cpus: list[int] | None) -> tuple[set[int], set[int]]:
+    """(the scheduling thread's cores, the other threads' cores) under SGLANG_CPU_OMP_THREADS_BIND.
+
+    SGLang binds its OpenMP compute threads to the named cores; the threads that wait on sockets (this main thread,
+    ZMQ's I/O thread) go with the front onto the rest, so that waking them never preempts a forward. On a shared
+    2-core VM, waking a peer on the forward's core cost it ~100 us each time (README, Client and server overhead).
+    Unbound, both are every core this process may use."""
+    allowed = os.sched_getaffinity(0)
+    if not cpus:
+        return allowed, allowed
+    compute = set(cpus)
+    return compute, (allowed - compute) or compute
+
+
 def main(argv: Sequence[str]) -> int:
     config = json.loads(argv[0])
     die_with_parent(config["parent_pid"])
-    if config["cpus"]:  # SGLANG_CPU_OMP_THREADS_BIND, checked by the front; before torch and ZMQ start threads
-        os.sched_setaffinity(0, config["cpus"])
+    compute, rest = compute_and_io_cores(config["cpus"])
+    os.sched_setaffinity(0, rest)  # before ZMQ starts its I/O threads: they inherit this thread's cores
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     logging.basicConfig(
@@ -169,6 +183,7 @@ def main(argv: Sequence[str]) -> int:
     requests.setsockopt(zmq.LINGER, 0)
     requests.connect(config["requests_address"])
     replies = push_socket(ctx, config["outputs_address"])
+    os.sched_setaffinity(0, compute)  # torch's pools and the scheduling thread inherit the compute cores
     try:
         engine = load_engine(config)
     except EngineConfigError as err:
@@ -180,6 +195,7 @@ def main(argv: Sequence[str]) -> int:
     )
     sink = EventSink(ctx, config["outputs_address"])
     engine.start()
+    os.sched_setaffinity(0, rest)  # this thread only waits on the requests socket
     try:
         serve(engine, requests, replies, sink)
     finally:

@@ -1,11 +1,12 @@
-"""SGLang's `SGLANG_CPU_OMP_THREADS_BIND` for the embedded server: the engine process on the cores it names, the
-front (HTTP, tokenizer, detokenizer) on the others.
+"""SGLang's `SGLANG_CPU_OMP_THREADS_BIND` for the embedded server: the engine's compute on the cores it names,
+everything that only waits on a socket (the front's HTTP, tokenizer and detokenizer, the engine process's own
+I/O threads) on the others.
 
 SGLang's CPU backend reads the variable as one group of cores per tensor-parallel rank ("0-39|43-82"), binds each
-rank's scheduler threads to its group and leaves the remaining cores "for other tasks". The embedded engine runs
-one rank. Unbound, the kernel may wake the front, or a client on the same host, on the core the engine's forward
-runs on; bound, they keep apart (on the 2-core AMD EPYC that made no measured difference: README, Client and
-server overhead).
+rank's OpenMP compute threads to its group and leaves the remaining cores "for other tasks". The embedded engine
+runs one rank: its scheduling thread (which runs the forwards, and torch's pools) goes on the group
+(`engine.engine_process.compute_and_io_cores`). Unbound, the kernel may wake the front, a ZMQ I/O thread or a
+client on the core a forward runs on, and each wake-up takes that core from the forward.
 """
 
 from __future__ import annotations
