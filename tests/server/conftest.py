@@ -23,6 +23,13 @@ def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return build_tiny_models(tmp_path_factory.mktemp("tiny_models"))
 
 
+def standalone_args(draft: Path, steps: int) -> tuple[str, ...]:
+    """The flags of a STANDALONE setting with `steps` drafts (SGLang's names, topk 1)."""
+    return ("--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", str(draft),
+            "--speculative-num-steps", str(steps), "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", str(steps + 1))
+
+
 def server_argv(model: Path, port: int, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "workflow_scripts.engine.launch_server", "--model-path", str(model),

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.server.conftest import standalone_args
+
 STEPS = 2
 PARAMS = {"temperature": 0.0, "max_new_tokens": 8, "ignore_eos": True}
 PROMPTS = [[3 + i, 7, 11 + i, 19] for i in range(5)]
@@ -12,12 +14,8 @@ PROMPTS = [[3 + i, 7, 11 + i, 19] for i in range(5)]
 
 @pytest.fixture(scope="module")
 def bench_server(start_server, tiny_models):
-    return start_server(
-        tiny_models["target"], "--enable-in-engine-bench", "--max-running-requests", "4",
-        "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", str(tiny_models["draft"]),
-        "--speculative-num-steps", str(STEPS), "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", str(STEPS + 1),
-    )  # fmt: skip
+    return start_server(tiny_models["target"], "--enable-in-engine-bench", "--max-running-requests", "4",
+                        *standalone_args(tiny_models["draft"], STEPS))
 
 
 def test_cell_runs_on_the_server_engine_with_generate_s_tokens(bench_server):

@@ -14,7 +14,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.conftest import server_process
+from tests.server.conftest import server_process, standalone_args
 from workflow_scripts.client.prompts import Prompt
 from workflow_scripts.client.server_metrics import MetricsUnavailable, cell_deltas, scrape
 from workflow_scripts.client.slicing import Conductor
@@ -33,12 +33,8 @@ SGLANG_NAMES = {
 
 @pytest.fixture(scope="module")
 def metrics_server(start_server, tiny_models):
-    return start_server(
-        tiny_models["target"], "--enable-metrics", "--max-running-requests", "4",
-        "--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", str(tiny_models["draft"]),
-        "--speculative-num-steps", str(STEPS), "--speculative-eagle-topk", "1",
-        "--speculative-num-draft-tokens", str(STEPS + 1),
-    )  # fmt: skip
+    return start_server(tiny_models["target"], "--enable-metrics", "--max-running-requests", "4",
+                        *standalone_args(tiny_models["draft"], STEPS))
 
 
 async def _cell(url: str, n: int) -> tuple[dict, list, dict]:

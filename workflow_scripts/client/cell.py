@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import aiohttp
+import uvloop
 
 from workflow_scripts.client.prompts import Prompt
 from workflow_scripts.client.server_metrics import cell_deltas, scrape
@@ -132,4 +133,4 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
 
 def run_cell(base_url: str, plan: CellPlan, prompts: list[Prompt], params: dict, tag: str,
              watchdog: Watchdog | None = None) -> CellResult:
-    return asyncio.run(run_cell_async(base_url, plan, prompts, params, tag, watchdog))
+    return uvloop.run(run_cell_async(base_url, plan, prompts, params, tag, watchdog))

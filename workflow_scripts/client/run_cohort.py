@@ -32,6 +32,7 @@ from pathlib import Path
 
 import aiohttp
 import pandas as pd
+import uvloop
 from safetensors import safe_open
 from tqdm import tqdm
 
@@ -167,7 +168,7 @@ class Cohort:
         cell_plan = self.cell_plan(live, spec, spec["warmup"], spec["measured"], metrics=live.spec.enable_metrics)
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
-        result = asyncio.run(self.send_measured(live, spec, cell_plan, tag))
+        result = uvloop.run(self.send_measured(live, spec, cell_plan, tag))
         live.process.check_alive()
         mem_gbs = math.sqrt(mem_before * memory_speed_gbs())  # the machine's phase around the cell
         frame = self.frame(result, cell_plan, cell, member, round_, start_ts, mem_gbs)
@@ -262,7 +263,7 @@ class Cohort:
         for spec in widest.values():
             c = spec["concurrency"]
             plan = self.cell_plan(live, spec, 0, c, metrics=False)
-            result = asyncio.run(self.send_cell_async(live, spec, plan, f"{member}-{spec['workload']}-c{c}-warmup"))
+            result = uvloop.run(self.send_cell_async(live, spec, plan, f"{member}-{spec['workload']}-c{c}-warmup"))
             live.process.check_alive()
             if errors := [r.error for r in result.records if r.error]:
                 raise RuntimeError(f"server warm-up of {member} ({spec['workload']}, concurrency {c}): {errors[0]}")

@@ -25,6 +25,7 @@ from typing import TypeVar
 
 import numpy as np
 import pandas as pd
+import uvloop
 
 Interval = tuple[float, float]  # (continued, stopped), time.perf_counter() seconds
 T = TypeVar("T")
@@ -112,7 +113,7 @@ def run_together(groups: dict[str, int], slice_s: float, order: list[str],
         async def together() -> dict[str, T]:
             return dict(await asyncio.gather(*(one(member) for member in order)))
 
-        results = asyncio.run(together())
+        results = uvloop.run(together())
     return results, conductor.intervals
 
 

@@ -103,8 +103,8 @@ def full_batch_steps(engine: Engine, prompts: list[list[int]], new_tokens: int) 
 def seconds_per_step(engine: Engine, prompts: list[list[int]], new_tokens: int, min_seconds: float) -> float:
     """Seconds per decode forward over as many cells as it takes to hold `min_seconds` of full-batch forwards: a
     cell at C=1 holds a few milliseconds of them, at C=64 seconds, and each measurement should weigh alike."""
-    seconds, forwards = full_batch_steps(engine, prompts, new_tokens)
-    while seconds < min_seconds:
+    seconds, forwards = 0.0, 0
+    while not forwards or seconds < min_seconds:
         s, n = full_batch_steps(engine, prompts, new_tokens)
         seconds, forwards = seconds + s, forwards + n
     return seconds / forwards

@@ -21,6 +21,7 @@ from types import FrameType
 
 import aiohttp
 import uvicorn
+import uvloop
 
 from workflow_scripts.server.chat_template import load_chat_template
 from workflow_scripts.server.cpu_binding import bind_front
@@ -149,7 +150,8 @@ async def _serve(args: ServerArgs, state: ServerState, caught: list[int]) -> int
         port=args.port,
         log_config=None,
         log_level=args.log_level,
-        loop="asyncio",
+        loop="uvloop",
+        http="httptools",  # uvicorn's C parser (SGLang installs it via uvicorn[standard]); h11 is pure Python
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
     )
     server = _Server(config, caught)
@@ -210,7 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(args.log_level)
     bind_front(args.engine_cpus)  # before any thread starts: they inherit it
     caught: list[int] = []
-    code = asyncio.run(_run(args, caught))
+    code = uvloop.run(_run(args, caught))  # SGLang's loop: libuv's sockets cost the front less CPU per chunk
     for sig in reversed(caught):  # end as the signal's default action would, as uvicorn does
         signal.raise_signal(sig)
     return code
