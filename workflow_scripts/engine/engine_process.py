@@ -157,9 +157,9 @@ def compute_and_io_cores(cpus: list[int] | None) -> tuple[set[int], set[int]]:
     """(the scheduling thread's cores, the other threads' cores) under SGLANG_CPU_OMP_THREADS_BIND.
 
     SGLang binds its OpenMP compute threads to the named cores; the threads that wait on sockets (this main thread,
-    ZMQ's I/O thread) go with the front onto the rest, so that waking them never preempts a forward. On a shared
-    2-core VM, waking a peer on the forward's core cost it ~100 us each time (README, Client and server overhead).
-    Unbound, both are every core this process may use."""
+    ZMQ's I/O thread) go with the front onto the rest, so that their wake-ups never land on a forward's core (on the
+    2-core AMD EPYC that gained nothing measurable: README, Client and server overhead). Unbound, both are every
+    core this process may use."""
     allowed = os.sched_getaffinity(0)
     if not cpus:
         return allowed, allowed
