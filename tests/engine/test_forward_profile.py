@@ -9,7 +9,14 @@ import pandas as pd
 import pytest
 
 from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS
-from workflow_scripts.profiling.forward_profile import engines, full_batch_steps, main, profile, seconds_per_step
+from workflow_scripts.profiling.forward_profile import (
+    engines,
+    full_batch_steps,
+    main,
+    median_interval,
+    profile,
+    seconds_per_step,
+)
 
 NEW_TOKENS = 9
 
@@ -71,6 +78,16 @@ def test_the_range_over_repeats_holds_the_median(target_dir, dense_draft_dir):
     assert (plain[["step_cost", "step_cost_low", "step_cost_high"]].to_numpy() == 1.0).all()
     drafted = table[table["steps"] > 0]  # three blocks on a shared host never give the same ratio thrice
     assert (drafted["step_cost_high"] > drafted["step_cost_low"]).all()
+
+
+@pytest.mark.parametrize(("n", "j"), [(1, 1), (2, 1), (5, 1), (8, 1), (9, 2), (15, 4), (25, 8)])
+def test_the_median_interval_is_the_widest_order_statistic_pair_that_keeps_its_coverage(n, j):
+    """j-th lowest and j-th highest of n, j the largest with 1 − 2·P(Bin(n, ½) < j) ≥ 1 − 2^−4 (5 repeats' range)."""
+    values = [float(v) for v in range(n, 0, -1)]  # unsorted on purpose
+    assert median_interval(values) == (float(j), float(n - j + 1))
+    coverage = 1 - 2 * sum(math.comb(n, i) for i in range(j)) / 2**n
+    assert coverage >= 1 - 2**-4 or j == 1
+    assert 1 - 2 * sum(math.comb(n, i) for i in range(j + 1)) / 2**n < 1 - 2**-4
 
 
 def test_a_bad_flag_fails_naming_it(target_dir, dense_draft_dir, tmp_path, capsys):
