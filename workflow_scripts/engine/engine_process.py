@@ -123,6 +123,10 @@ def closed_loop_cell(engine, token: int, prompts: list[list[int]], params: list[
     except (ValueError, TimeoutError) as err:
         sink.reply(("closed_loop", token, {"error": str(err), "timed_out": isinstance(err, TimeoutError)}))
         return
+    except Exception as err:  # a fault of ours: answer it now, or the front would wait out timeout_s for nothing
+        log.exception("in-engine bench failed")
+        sink.reply(("closed_loop", token, {"error": f"in-engine bench failed: {err!r}", "internal": True}))
+        return
     start = min(rec.submit for rec in cell)
     requests = [{"submit": rec.submit - start, "times": [t - start for t in rec.times], "output_ids": rec.output_ids}
                 for rec in cell]

@@ -247,6 +247,8 @@ def create_app(state: ServerState) -> FastAPI:
             except EngineDied as err:
                 raise _engine_gone(err) from None
             if "error" in result:
+                if result.get("internal"):  # the catch-all handler answers 500 with it
+                    raise RuntimeError(result["error"])
                 if result["timed_out"]:
                     raise RequestError("timeout_s", result["error"], status_code=504)
                 raise _engine_refusal(ValueError(result["error"]))
