@@ -24,6 +24,27 @@ def test_digest_follows_python_sources_only(tmp_path):
     assert source_digest("engine", root=tmp_path) != edited
 
 
+def test_comments_docstrings_and_layout_do_not_count(tmp_path):
+    pkg = tmp_path / "engine"
+    pkg.mkdir()
+    module = pkg / "m.py"
+    module.write_text('"""Old words."""\n\n\ndef f(x):\n    """Why."""\n    return x + 1  # note\n')
+    first = source_digest("engine", root=tmp_path)
+    module.write_text('"""New words, on\ntwo lines."""\n# a comment\ndef f(x):\n    return (x +\n            1)\n')
+    assert source_digest("engine", root=tmp_path) == first
+    module.write_text('def f(x):\n    return x + 2\n')
+    assert source_digest("engine", root=tmp_path) != first
+    module.write_text('def f(x):\n    """Why."""\n    "a string after the docstring is code"\n    return x + 1\n')
+    assert source_digest("engine", root=tmp_path) != first
+
+
+def test_a_module_that_does_not_parse_is_named(tmp_path):
+    (tmp_path / "engine").mkdir()
+    (tmp_path / "engine" / "broken.py").write_text("def f(:\n")
+    with pytest.raises(ValueError, match=r"broken\.py:1"):
+        source_digest("engine", root=tmp_path)
+
+
 def test_unknown_subpackage_is_named(tmp_path):
     with pytest.raises(ValueError, match="nope"):
         source_digest("nope", root=tmp_path)
