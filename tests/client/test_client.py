@@ -85,10 +85,13 @@ def test_seeded_t_above_0_cells_repeat_their_text_across_rounds_and_apis(server,
         assert all(r.error is None for r in records), [r.error for r in records]
         return [tokenizer.decode(r.output_ids) if r.output_ids else r.text for r in records]
 
-    seeded = texts(CellPlan(4, 0, 6, seed_base=seed_base(workload)), "a")
-    assert texts(CellPlan(2, 0, 6, seed_base=seed_base(workload)), "b") == seeded
-    assert texts(CellPlan(3, 0, 6, api="openai", seed_base=seed_base(workload)), "c") == seeded
-    assert seed_base(dict(workload, sampling_seeds=False)) is None
+    seeded = texts(CellPlan(4, 0, 6, seed_base=seed_base(workload, 0)), "a")
+    assert texts(CellPlan(2, 0, 6, seed_base=seed_base(workload, 0)), "b") == seeded
+    assert texts(CellPlan(3, 0, 6, api="openai", seed_base=seed_base(workload, 0)), "c") == seeded
+    # the next round draws new streams, the same for every setting of that round
+    next_round = texts(CellPlan(4, 0, 6, seed_base=seed_base(workload, 1)), "n")
+    assert next_round != seeded and texts(CellPlan(2, 0, 6, seed_base=seed_base(workload, 1)), "m") == next_round
+    assert seed_base(dict(workload, sampling_seeds=False), 0) is None
     unseeded = [texts(CellPlan(4, 0, 6), tag) for tag in ("d", "e")]
     assert unseeded[0] != unseeded[1] and unseeded[0] != seeded
 

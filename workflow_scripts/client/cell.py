@@ -38,8 +38,8 @@ class CellPlan:
     incremental: bool = False  # the server streams deltas (--incremental-streaming-output)
     api_key: str | None = None  # the server's --api-key, if it has one
     metrics: bool = False  # scrape the server's /metrics before and after the cell (--enable-metrics)
-    # request i carries sampling_seed = seed_base + i: every setting and every round of the cell then samples from
-    # the same random streams (common random numbers), so a T>0 comparison is not also a comparison of luck
+    # request i carries sampling_seed = seed_base + i: every setting of a round samples from the same random streams
+    # (common random numbers), so a T>0 comparison within a round is not also a comparison of luck (seed_base)
     seed_base: int | None = None
 
     @property
@@ -57,9 +57,20 @@ class CellResult:
     window_metrics: dict[str, float] | None = None  # the same over the cell's steady window (module docstring)
 
 
-def seed_base(workload: dict) -> int | None:
-    """The cell's first request seed (CellPlan.seed_base), from the workload's seed; None when it opts out."""
-    return workload["seed"] << 32 if workload["sampling_seeds"] else None
+SEEDS_PER_ROUND = 1 << 20  # request seeds a round may use; a cell sends far fewer requests
+
+
+def seed_base(workload: dict, round_: int) -> int | None:
+    """A round's first request seed (CellPlan.seed_base), from the workload's seed; None when it opts out.
+
+    Each round draws new streams. With one set for every round, a speculative setting at T>0 wrote the same answers
+    in every round, and other answers than the baseline's (its drafts use the randomness otherwise), so each
+    setting was measured on one fixed draw of answer lengths that its rounds could not vary and its CI could not
+    see: in the cost-model study of 2026-12-03, 318 tokens a round for steps3 against 780 for steps5 at realistic
+    C=1, the same prompts. New streams each round put that draw inside the rounds' spread."""
+    if not workload["sampling_seeds"]:
+        return None
+    return (workload["seed"] << 32) + round_ * SEEDS_PER_ROUND
 
 
 def sampling_params(workload: dict) -> dict:

@@ -29,6 +29,9 @@ from workflow_scripts.code_version import source_digest
 TWIN_SUFFIX = "_aa"
 SERVER_KEYS = ("max_running_requests", "random_seed", "num_threads", "env", "incremental_streaming")
 MANIFEST = "manifest.json"
+# how a cell's requests are seeded (client/cell.seed_base): part of its key, so that cells measured under another
+# scheme (until 2026-12-03, one set of seeds for every round) are measured again rather than mixed in
+SEEDS = "new streams each round"
 
 
 def twin_name(control: str) -> str:
@@ -69,7 +72,7 @@ def cell_specs(config: dict, setting: str) -> list[dict]:
         for c in config["benchmark"]["concurrency"]:
             warmup, measured = cell_sizes(config, c)
             spec = {"workload": workload, "spec": config["workloads"][workload], "concurrency": c,
-                    "warmup": warmup, "measured": measured}
+                    "warmup": warmup, "measured": measured, "seeds": SEEDS}
             out.append({**spec, "key": _digest(spec, 12)})
     return out
 

@@ -165,7 +165,8 @@ class Cohort:
         self.check_supervisor()
         spec = self.cells[cell]
         tag = self.tag(spec, member, round_)
-        cell_plan = self.cell_plan(live, spec, spec["warmup"], spec["measured"], metrics=live.spec.enable_metrics)
+        cell_plan = self.cell_plan(live, spec, spec["warmup"], spec["measured"], round_,
+                                   metrics=live.spec.enable_metrics)
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
         result = uvloop.run(self.send_measured(live, spec, cell_plan, tag))
@@ -181,7 +182,7 @@ class Cohort:
         self.check_supervisor()
         spec = self.cells[cell]
         order = seeded_order(list(lives), self.id, cell, round_)
-        plans = {m: self.cell_plan(lives[m], spec, spec["warmup"], spec["measured"],
+        plans = {m: self.cell_plan(lives[m], spec, spec["warmup"], spec["measured"], round_,
                                    metrics=lives[m].spec.enable_metrics) for m in order}
         groups = {m: lives[m].process.proc.pid for m in order}  # each server leads its own process group
         mem_before = memory_speed_gbs()
@@ -242,11 +243,11 @@ class Cohort:
         if self.progress is not None:
             self.progress.update()
 
-    def cell_plan(self, live: Live, spec: dict, warmup: int, measured: int, metrics: bool) -> CellPlan:
-        """How a cell of `spec` is driven against this server (its streaming mode, key, seeds)."""
+    def cell_plan(self, live: Live, spec: dict, warmup: int, measured: int, round_: int, metrics: bool) -> CellPlan:
+        """How a cell of `spec` is driven against this server in a round (its streaming mode, key, seeds)."""
         return CellPlan(spec["concurrency"], warmup, measured, self.plan["api"], self.plan["request_timeout_s"],
                         incremental=live.spec.incremental_streaming, api_key=live.spec.api_key, metrics=metrics,
-                        seed_base=seed_base(spec["spec"]))
+                        seed_base=seed_base(spec["spec"], round_))
 
     async def send_cell_async(self, live: Live, spec: dict, plan: CellPlan, tag: str) -> CellResult:
         """Send one cell (measured or warm-up) with the liveness check beside it."""
@@ -262,7 +263,7 @@ class Cohort:
         t0 = time.perf_counter()
         for spec in widest.values():
             c = spec["concurrency"]
-            plan = self.cell_plan(live, spec, 0, c, metrics=False)
+            plan = self.cell_plan(live, spec, 0, c, 0, metrics=False)
             result = uvloop.run(self.send_cell_async(live, spec, plan, f"{member}-{spec['workload']}-c{c}-warmup"))
             live.process.check_alive()
             if errors := [r.error for r in result.records if r.error]:
