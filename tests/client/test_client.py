@@ -73,9 +73,10 @@ def test_same_prompt_same_greedy_output_on_both_apis(server, smoke_pair):
         assert tokenizer.decode(a.output_ids) == b.text
 
 
-def test_seeded_t_above_0_cells_repeat_their_text_across_rounds_and_apis(server, smoke_pair):
-    """Common random numbers: with sampling seeds, two rounds of a T>0 cell (at another concurrency, so other
-    batches) sample the same tokens; without, they do not. The OpenAI API sends the same seeds as `seed`."""
+def test_seeded_t_above_0_cells_repeat_their_text_within_a_round_across_settings_and_apis(server, smoke_pair):
+    """Common random numbers: with sampling seeds, two cells of one round (at another concurrency, so other
+    batches, as two settings run them) sample the same tokens, and the next round other ones; without seeds, no two
+    cells agree. The OpenAI API sends the same seeds as `seed`."""
     workload = dict(REALISTIC, temperature=1.0, top_p=1.0, output_len=24, ignore_eos=True, sampling_seeds=True)
     prompts, params = build_prompts(workload, smoke_pair[0]), sampling_params(workload)
     tokenizer = load_tokenizer(smoke_pair[0])
