@@ -350,3 +350,38 @@ def test_the_prefill_share_is_not_sped_up_and_the_forward_times_say_how_large_it
             costs = CostFit(TRUE_COSTS.overhead, TRUE_COSTS.per_draft, {(workload, conc): RHO[workload]})
             truth = BASE_TOK_S[conc] * costs.speedup(expected_tokens(alphas, 4), 4, workload, conc, share)
             assert steps4.loc[(workload, conc), "predicted_aggregate_tok_s"] == pytest.approx(truth, rel=0.05)
+
+
+def best_steps_cell(workload: str, ratios: list[float], predicted_best: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """One concurrency-16 cell of steps4 and steps5: rounds where steps5 ran ``ratios`` × steps4, and predictions
+    that make ``predicted_best`` the pick."""
+    rounds = pd.DataFrame([{"setting": s, "workload": workload, "concurrency": 16, "cohort": "c", "repeat": r,
+                            "aggregate_tok_s": 100.0 * (ratio if s == "steps5" else 1.0),
+                            "per_request_tok_s_median": 6.0} for r, ratio in enumerate(ratios)
+                           for s in ("steps4", "steps5")])
+    medians = rounds.groupby("setting")["aggregate_tok_s"].median()
+    pred = pd.DataFrame({"setting": ["steps4", "steps5"], "steps": [4, 5], "workload": workload, "concurrency": 16,
+                         "measured": True, "measured_aggregate_tok_s": [medians["steps4"], medians["steps5"]],
+                         "predicted_aggregate_tok_s": [110.0, 100.0] if predicted_best == 4 else [100.0, 110.0]})
+    return rounds, pred
+
+
+def test_best_steps_are_scored_only_where_the_rounds_support_the_measured_lead():
+    """A 4% lead of medians that the rounds' paired CI does not support (the study calls it noise) scores
+    nothing, however the medians fall against the floor; a lead the rounds support does, and a wrong pick is a miss."""
+    from workflow_scripts.analysis.cost_model import _best_steps_lines
+
+    noisy_rounds, noisy_pred = best_steps_cell("synthetic", [0.90, 1.01, 0.92, 1.02, 0.95], predicted_best=5)
+    clear_rounds, clear_pred = best_steps_cell("realistic", [1.08, 1.07, 1.09, 1.08, 1.085], predicted_best=4)
+    rounds = pd.concat([noisy_rounds, clear_rounds], ignore_index=True)
+    pred = pd.concat([noisy_pred, clear_pred], ignore_index=True)
+    [line] = _best_steps_lines(pred, 2.7, "2.7%", rounds)
+    assert "predicted = measured in 0 of 1 cells whose measured lead over the runner-up is beyond noise" in line
+    assert "synthetic C=16: measured 4, predicted 5 (lead over 5 +4.3% [" in line and "within noise" in line
+    assert "realistic C=16: measured 5, predicted 4 (lead over 4 +8.1% [" in line and "real)" in line
+    # the right pick where the lead is real scores 1 of 1
+    rounds, pred = best_steps_cell("realistic", [1.08, 1.07, 1.09, 1.08, 1.085], predicted_best=5)
+    assert "in 1 of 1 cells" in _best_steps_lines(pred, 2.7, "2.7%", rounds)[0]
+    # without rounds (an external table) the medians' gap against the floor decides, and the noisy cell counts
+    [line] = _best_steps_lines(noisy_pred, 2.7, "2.7%")
+    assert "in 0 of 1 cells whose measured gap exceeds the noise floor" in line and "(gap 5.3%)" in line

@@ -56,6 +56,7 @@ from scipy.optimize import isotonic_regression
 from workflow_scripts.analysis.acceptance import Histograms, acceptance_by_position, check_histograms, position_counts
 from workflow_scripts.analysis.forward_time import attach, forward_times
 from workflow_scripts.analysis.improvement import improvements
+from workflow_scripts.analysis.paired import REAL
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import improvement_values
 from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS
@@ -564,7 +565,7 @@ def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
         preds.append(pred)
         vals.append(validation)
         lines += _source_lines(source, data, family, others, validation, error_pct, pred, noise_floor_pct,
-                               noise_floor_text)
+                               noise_floor_text, rounds)
     if params:
         report.params = pd.concat(params, ignore_index=True)
         report.predictions = pd.concat(preds, ignore_index=True)
@@ -588,7 +589,8 @@ def _skip_reason(source: str, summary: pd.DataFrame, hist: Histograms, cfg: Stud
 
 
 def _source_lines(source: str, data: SourceData, family: list[str], others: list[str], validation: pd.DataFrame,
-                  error_pct: float, pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
+                  error_pct: float, pred: pd.DataFrame, floor: float | None, floor_text: str,
+                  rounds: pd.DataFrame | None) -> list[str]:
     lines = [f"- Cost model, {source}: fitted on {', '.join(f'`{s}`' for s in family)}"
              + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else "") + "."]
     lines.append(f"  - Step cost: {data.shape.text}.")
@@ -613,7 +615,7 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
                      f"{unmeasured['profile_error_pct'].max():.1f}% of tok/s) in quadrature.")
     lines += _noise_lines(data)
     lines += _step_cost_lines(data, pred)
-    lines += _best_steps_lines(pred, floor, floor_text)
+    lines += _best_steps_lines(pred, floor, floor_text, rounds)
     lines.append("  - " + worth_measuring(pred, floor, floor_text))
     return lines
 
@@ -652,28 +654,63 @@ def _step_cost_lines(data: SourceData, pred: pd.DataFrame) -> list[str]:
             f"{worst.step_cost:.2f} against {worst.measured_step_cost:.2f})."]
 
 
-def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str) -> list[str]:
-    """Predicted vs measured best steps (aggregate tok/s) per workload × concurrency among the measured steps."""
+def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str,
+                      rounds: pd.DataFrame | None = None) -> list[str]:
+    """Predicted vs measured best steps (aggregate tok/s) per workload × concurrency among the measured steps.
+
+    A cell is scored where the measured best leads the runner-up beyond noise. With rounds that is the verdict every
+    improvement of the report gets (analysis/paired.py: the paired CI excludes 0 and the lead passes the floor), so
+    a lead of two medians that the rounds do not support scores nothing; without rounds (an external table) the
+    medians' gap against the floor decides. A pick that is not the measured best says whether the best beats it."""
+    values = improvement_values(rounds) if rounds is not None else None
     agree = clear = 0
     rows = []
     for (workload, conc), g in pred[pred["measured"]].groupby(["workload", "concurrency"]):
         g = g.dropna(subset=["measured_aggregate_tok_s"]).sort_values("measured_aggregate_tok_s", ascending=False)
         if len(g) < 2 or g["predicted_aggregate_tok_s"].isna().all():
             continue
-        measured_best = int(g["steps"].iloc[0])
-        predicted_best = int(g.loc[g["predicted_aggregate_tok_s"].idxmax(), "steps"])
-        gap = 100 * (g["measured_aggregate_tok_s"].iloc[0] / g["measured_aggregate_tok_s"].iloc[1] - 1)
-        beyond = floor is not None and gap > floor
+        best, runner_up = g.iloc[0], g.iloc[1]
+        pick = g.loc[g["predicted_aggregate_tok_s"].idxmax()]
+        lead = _paired_lead(values, runner_up, best, floor)
+        if lead is None:
+            gap = 100 * (best["measured_aggregate_tok_s"] / runner_up["measured_aggregate_tok_s"] - 1)
+            beyond, text = floor is not None and gap > floor, f"gap {gap:.1f}%"
+        else:
+            beyond, text = floor is not None and lead.verdict == REAL, f"lead over {int(runner_up.steps)} {_fmt(lead)}"
         clear += beyond
-        agree += beyond and measured_best == predicted_best
-        rows.append(f"{workload} C={conc}: measured {measured_best}, predicted {predicted_best} (gap {gap:.1f}%)")
+        agree += beyond and best.steps == pick.steps
+        row = f"{workload} C={conc}: measured {int(best.steps)}, predicted {int(pick.steps)} ({text})"
+        if best.steps != pick.steps and pick.steps != runner_up.steps:
+            deficit = _paired_lead(values, pick, best, floor)
+            row += f"; best over the pick {_fmt(deficit)}" if deficit is not None else ""
+        rows.append(row)
     if not rows:
         return []
+    rule = (f"whose measured lead over the runner-up is beyond noise (its paired CI excludes 0 and it exceeds the "
+            f"noise floor, {floor_text})" if values is not None
+            else f"whose measured gap exceeds the noise floor, {floor_text}")
     head = (f"  - Best steps among the measured ones (aggregate): predicted = measured in {agree} of {clear} cells "
-            f"whose measured gap exceeds the noise floor, {floor_text}" if floor is not None
+            f"{rule}" if floor is not None
             else f"  - Best steps among the measured ones (aggregate); the noise floor is {floor_text}, so "
                  "agreement cannot be scored")
     return [head + ": " + "; ".join(rows) + "."]
+
+
+def _paired_lead(values: pd.DataFrame | None, control: pd.Series, candidate: pd.Series, floor: float | None):
+    """The study's paired comparison (analysis/improvement.py) of two measured settings' aggregate tok/s in one
+    workload × concurrency, or None where the rounds do not hold both."""
+    if values is None:
+        return None
+    cell = values[(values["workload"] == candidate.workload) & (values["concurrency"] == candidate.concurrency)]
+    table = improvements(cell, [("best_steps", control.setting, candidate.setting)],
+                         math.nan if floor is None else floor)
+    table = table[(table["metric"] == "aggregate_tok_s") & (table["rounds"] > 1)]
+    return None if table.empty else table.iloc[0]
+
+
+def _fmt(row: pd.Series) -> str:
+    """``+4.1% [−0.3, +8.0], within noise``: a paired comparison as the report prints it."""
+    return f"{row.improvement_pct:+.1f}% [{row.ci_low_pct:+.1f}, {row.ci_high_pct:+.1f}], {row.verdict}"
 
 
 def worth_measuring(pred: pd.DataFrame, floor: float | None, floor_text: str) -> str:
