@@ -696,7 +696,8 @@ def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str,
     return [head + ": " + "; ".join(rows) + "."]
 
 
-def _paired_lead(values: pd.DataFrame | None, control: pd.Series, candidate: pd.Series, floor: float | None):
+def _paired_lead(values: pd.DataFrame | None, control: pd.Series, candidate: pd.Series,
+                 floor: float | None) -> pd.Series | None:
     """The study's paired comparison (analysis/improvement.py) of two measured settings' aggregate tok/s in one
     workload × concurrency, or None where the rounds do not hold both."""
     if values is None:
