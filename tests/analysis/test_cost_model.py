@@ -385,3 +385,8 @@ def test_best_steps_are_scored_only_where_the_rounds_support_the_measured_lead()
     # without rounds (an external table) the medians' gap against the floor decides, and the noisy cell counts
     [line] = _best_steps_lines(noisy_pred, 2.7, "2.7%")
     assert "in 0 of 1 cells whose measured gap exceeds the noise floor" in line and "(gap 5.3%)" in line
+    # rounds that pair one cell and not the other (settings of other cohorts): the header names both rules
+    [line] = _best_steps_lines(pd.concat([noisy_pred, clear_pred], ignore_index=True), 2.7, "2.7%", clear_rounds)
+    assert "(gap 5.3%)" in line and "(lead over 4 +8.1% [" in line
+    assert "in 0 of 2 cells whose measured lead over the runner-up is beyond noise" in line
+    assert "or, where the two were not measured in the same rounds, whose measured gap exceeds" in line

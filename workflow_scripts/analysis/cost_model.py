@@ -664,7 +664,7 @@ def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str,
     medians' gap against the floor decides. A pick that is not the measured best says whether the best beats it."""
     values = improvement_values(rounds) if rounds is not None else None
     agree = clear = 0
-    rows = []
+    rows, rules = [], set()
     for (workload, conc), g in pred[pred["measured"]].groupby(["workload", "concurrency"]):
         g = g.dropna(subset=["measured_aggregate_tok_s"]).sort_values("measured_aggregate_tok_s", ascending=False)
         if len(g) < 2 or g["predicted_aggregate_tok_s"].isna().all():
@@ -677,6 +677,7 @@ def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str,
             beyond, text = floor is not None and gap > floor, f"gap {gap:.1f}%"
         else:
             beyond, text = floor is not None and lead.verdict == REAL, f"lead over {int(runner_up.steps)} {_fmt(lead)}"
+        rules.add(lead is not None)
         clear += beyond
         agree += beyond and best.steps == pick.steps
         row = f"{workload} C={conc}: measured {int(best.steps)}, predicted {int(pick.steps)} ({text})"
@@ -686,9 +687,16 @@ def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str,
         rows.append(row)
     if not rows:
         return []
-    rule = (f"whose measured lead over the runner-up is beyond noise (its paired CI excludes 0 and it exceeds the "
-            f"noise floor, {floor_text})" if values is not None
-            else f"whose measured gap exceeds the noise floor, {floor_text}")
+    paired = "whose measured lead over the runner-up is beyond noise (its paired CI excludes 0 and it exceeds the " \
+             f"noise floor, {floor_text})"
+    medians = f"whose measured gap exceeds the noise floor, {floor_text}"
+    # a cell whose two best settings share no rounds (measured in other cohorts) falls back to the medians' gap
+    if rules == {True}:
+        rule = paired
+    elif rules == {False}:
+        rule = medians
+    else:
+        rule = f"{paired}, or, where the two were not measured in the same rounds, {medians}"
     head = (f"  - Best steps among the measured ones (aggregate): predicted = measured in {agree} of {clear} cells "
             f"{rule}" if floor is not None
             else f"  - Best steps among the measured ones (aggregate); the noise floor is {floor_text}, so "
