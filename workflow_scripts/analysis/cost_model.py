@@ -18,13 +18,18 @@ The model (Leviathan et al. 2023, with one α per draft position and a cost that
   misses steps 4 and 5;
 - speculation speeds up decode forwards only: where the server reports its forward time by mode (the embedded
   engine's ``specstudy:*_forward_seconds_total``, ``forward_time.py``), a share f of the baseline's forward time
-  went to prefill-only forwards, and a speculative setting's prefill costs ρ_{w,C} times the baseline's on workload
-  w (its draft prefills too, in more and smaller forwards);
-- so tok/s(k, C) = tok/s(baseline, C) ÷ ((1 − f)·r(k, C) ÷ E_k + f·ρ_{w,C}), for aggregate and per-request tok/s
+  went to prefill-only forwards, and a speculative setting's prefill costs ρ_w times the baseline's on workload w
+  (its draft prefills too, in more and smaller forwards);
+- so tok/s(k, C) = tok/s(baseline, C) ÷ ((1 − f)·r(k, C) ÷ E_k + f·ρ_w), for aggregate and per-request tok/s
   alike (Amdahl's law; f = 0 without forward times, which is the plain E_k ÷ r(k, C)).
 
 α comes from the requests' ``spec_correct_drafts_histogram``; f and each setting's ρ from the forward times;
-ρ_{w,C} is the median ρ of the fitted settings at that workload and C; o and s_C from the measured speedups by
+ρ_w is the median ρ of the fitted settings' cells of workload w over every C: one cell's ρ is a ratio of two short
+windows' prefill seconds, and in run 11 of the default study the three settings' ρ at synthetic C=32 were 0.40–0.44
+where every other cell's were 0.8–1.7. With those, the forward times' own account (1 ÷ ((1 − f)·measured step
+cost ÷ E_k + f·ρ)) overshot the measured speedups there by 28–44%, with ρ = 1 by 6–15%, and a per-C ρ moved the
+predictions of one workload at one C apart from the other's, which the shared s_C cannot follow (LOO: 73% of 30
+cells within 10% with ρ per workload and C, 83% with ρ_w; run S5 80% and 83%). o and s_C from the measured speedups by
 weighted least squares (r_obs = E_measured · (1 ÷ speedup − f·ρ) ÷ (1 − f), relative residuals) over settings ×
 workloads × concurrency. The
 verify's and the draft's shares of s_C are not separable from throughput (both grow by one forward per draft);
@@ -105,13 +110,13 @@ class StepShape:
 class CostFit:
     """r(k, C) = 1 + overhead + per_draft[C]·u(k, C) plain decode steps per speculative step (k = 0: 1), u from
     ``shape.units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a speculative setting's
-    prefill costs prefill_ratio[(workload, C)] times the baseline's (1 where not measured): per workload, because
+    prefill costs prefill_ratio[workload] times the baseline's (1 where not measured): per workload, because
     what a prompt costs against the answer it precedes is the workload's (on the embedded engine the synthetic
     workload's ratio had a median of 1.25 over settings × C, the realistic one's 0.96)."""
 
     overhead: float
     per_draft: dict[int, float]
-    prefill_ratio: dict[tuple[str, int], float] = field(default_factory=dict)
+    prefill_ratio: dict[str, float] = field(default_factory=dict)
     shape: StepShape = field(default_factory=StepShape)  # u(k, C) and its spread, from profile_units
 
     def step_cost(self, steps: int, concurrency: int) -> float:
@@ -127,7 +132,7 @@ class CostFit:
         prefill share not."""
         if steps == 0:
             return 1.0
-        rho = self.prefill_ratio.get((workload, concurrency), 1.0)
+        rho = self.prefill_ratio.get(workload, 1.0)
         cost = self.step_cost(steps, concurrency) if step_cost is None else step_cost
         return 1.0 / ((1 - prefill_share) * cost / tokens_per_verify + prefill_share * rho)
 
@@ -180,9 +185,8 @@ def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     shape = shape or StepShape()
     units = shape.units
     cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
-    prefill_ratio = {(w, int(c)): float(g.median())
-                     for (w, c), g in cells.groupby(["workload", "concurrency"])["prefill_ratio"] if g.notna().any()}
-    share, rho = cells["prefill_share"], cells["prefill_ratio"].fillna(1.0)
+    prefill_ratio = {w: float(g.median()) for w, g in cells.groupby("workload")["prefill_ratio"] if g.notna().any()}
+    share, rho = cells["prefill_share"], cells["workload"].map(prefill_ratio).fillna(1.0)
     r_obs = cells["tokens_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
     cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
     u = np.array([draft_units(units, int(k), int(c)) for k, c in zip(cells["steps"], cells["concurrency"])])
@@ -485,9 +489,10 @@ def parameter_table(source: str, model: Model, max_steps: int, cells: pd.DataFra
     rows += [{"source": source, "parameter": "prefill_share", "workload": r.workload, "concurrency": r.concurrency,
               "value": r.prefill_share, "note": "the baseline's prefill-only forwards, share of its forward time "
               "(not sped up by speculation)"} for r in base.itertuples(index=False) if r.prefill_share > 0]
-    rows += [{"source": source, "parameter": "prefill_ratio", "workload": w, "concurrency": c, "value": rho,
-              "note": "a speculative setting's prefill seconds per token ÷ the baseline's (median of the fitted ones)"}
-             for (w, c), rho in model.costs.prefill_ratio.items()]
+    rows += [{"source": source, "parameter": "prefill_ratio", "workload": w, "value": rho,
+              "note": "a speculative setting's prefill seconds per token ÷ the baseline's (median of the fitted "
+                      "settings' cells over every concurrency)"}
+             for w, rho in model.costs.prefill_ratio.items()]
     rows += [{"source": source, "parameter": "measured_step_cost", "workload": r.workload, "concurrency": r.concurrency,
               "position": r.steps, "value": r.measured_step_cost,
               "note": f"`{r.setting}`: its seconds per decode forward ÷ the baseline's, from the engine's forward "
