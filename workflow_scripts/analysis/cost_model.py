@@ -3,7 +3,8 @@
     python -m workflow_scripts.analysis.cost_model --study results/embedded-cpu --predict-steps 4 5 \
         [--leave-out steps4 steps5 --out predicted.csv]
 
-The model (Leviathan et al. 2023, with one α per draft position and a cost that depends on concurrency C):
+The model (Leviathan et al. 2023, with one α per draft position and a cost that depends on concurrency C), fitted
+for each workload w on its own:
 
 - tokens per verify with k drafts: E_k = 1 + Σ_{j=1..k} α_1·…·α_j, where α_j is the chance draft position j is
   accepted once the j−1 before it were (``acceptance.py``); positions past the measured ones reuse the last α;
@@ -28,12 +29,18 @@ The model (Leviathan et al. 2023, with one α per draft position and a cost that
 windows' prefill seconds, and in run 11 of the default study the three settings' ρ at synthetic C=32 were 0.40–0.44
 where every other cell's were 0.8–1.7. With those, the forward times' own account (1 ÷ ((1 − f)·measured step
 cost ÷ E_k + f·ρ)) overshot the measured speedups there by 28–44%, with ρ = 1 by 6–15%, and a per-C ρ moved the
-predictions of one workload at one C apart from the other's, which the shared s_C cannot follow (LOO: 73% of 30
-cells within 10% with ρ per workload and C, 83% with ρ_w; run S5 80% and 83%). o and s_C from the measured speedups by
-weighted least squares (r_obs = E_measured · (1 ÷ speedup − f·ρ) ÷ (1 − f), relative residuals) over settings ×
-workloads × concurrency. The
-verify's and the draft's shares of s_C are not separable from throughput (both grow by one forward per draft);
-o is fitted only when at least two step counts are measured and no profile shapes the step, else it is 0.
+predictions at that C off the workload's own s_C (LOO: 73% of 30 cells within 10% with ρ per workload and C,
+83% with ρ_w; run S5 80% and 83%, both with one s_C shared by the workloads). o and s_C come from the measured
+speedups by weighted least squares (r_obs = E_measured · (1 ÷ speedup − f·ρ_w) ÷ (1 − f), relative residuals) over
+settings × concurrency. The verify's and the draft's shares of s_C are not separable from throughput (both grow by
+one forward per draft); o is fitted only when at least two step counts are measured and no profile shapes the
+step, else it is 0.
+
+o, s_C and ρ are a workload's own: the workloads differ in what a step carries (the realistic answers run to 128
+tokens, the synthetic ones stop at 64), and the engine's forward times differ with them: in run 12 of the default
+study a steps-3 step cost 2.45 plain steps on realistic C=32 and 2.20 on synthetic, 2.95 and 2.62 at
+C=64. One s_C shared by both workloads split that difference, over- and under-predicting each (LOO within 10%:
+83% → 87% of 30 cells in run 11, 87% → 90% in run 12, 90% → 93% in run 13, and 83% → 90% in run S5).
 
 Validation: leave one setting out, fit α and costs on the others, predict its cells; the 80th percentile of the
 absolute errors is the *stated error* printed beside every prediction. A step count that was never measured is
@@ -108,15 +115,13 @@ class StepShape:
 
 @dataclass(frozen=True)
 class CostFit:
-    """r(k, C) = 1 + overhead + per_draft[C]·u(k, C) plain decode steps per speculative step (k = 0: 1), u from
-    ``shape.units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a speculative setting's
-    prefill costs prefill_ratio[workload] times the baseline's (1 where not measured): per workload, because
-    what a prompt costs against the answer it precedes is the workload's (on the embedded engine the synthetic
-    workload's ratio had a median of 1.25 over settings × C, the realistic one's 0.96)."""
+    """One workload's costs: r(k, C) = 1 + overhead + per_draft[C]·u(k, C) plain decode steps per speculative step
+    (k = 0: 1), u from ``shape.units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a
+    speculative setting's prefill costs prefill_ratio times the baseline's (None: not measured, 1)."""
 
     overhead: float
     per_draft: dict[int, float]
-    prefill_ratio: dict[str, float] = field(default_factory=dict)
+    prefill_ratio: float | None = None
     shape: StepShape = field(default_factory=StepShape)  # u(k, C) and its spread, from profile_units
 
     def step_cost(self, steps: int, concurrency: int) -> float:
@@ -126,18 +131,17 @@ class CostFit:
             return float("nan")
         return 1.0 + self.overhead + self.per_draft[concurrency] * draft_units(self.shape.units, steps, concurrency)
 
-    def speedup(self, tokens_per_verify: float, steps: int, workload: str, concurrency: int,
-                prefill_share: float, step_cost: float | None = None) -> float:
+    def speedup(self, tokens_per_verify: float, steps: int, concurrency: int, prefill_share: float,
+                step_cost: float | None = None) -> float:
         """tok/s(k, C) ÷ tok/s(baseline, C): the decode share sped up by E_k ÷ r(k, C) (or ÷ ``step_cost``), the
         prefill share not."""
         if steps == 0:
             return 1.0
-        rho = self.prefill_ratio.get(workload, 1.0)
+        rho = 1.0 if self.prefill_ratio is None else self.prefill_ratio
         cost = self.step_cost(steps, concurrency) if step_cost is None else step_cost
         return 1.0 / ((1 - prefill_share) * cost / tokens_per_verify + prefill_share * rho)
 
-    def profile_error_pct(self, tokens_per_verify: float, steps: int, workload: str, concurrency: int,
-                          prefill_share: float) -> float:
+    def profile_error_pct(self, tokens_per_verify: float, steps: int, concurrency: int, prefill_share: float) -> float:
         """The largest |predicted ÷ true − 1| (%, the validation's convention) if the true step cost lay anywhere
         in the profile's range at (C, k): the step cost ± s_C × half the range of u over the profile's repeats
         (0 without a profile)."""
@@ -145,9 +149,9 @@ class CostFit:
         if steps == 0 or not spread:
             return 0.0
         cost, delta = self.step_cost(steps, concurrency), self.per_draft.get(concurrency, np.nan) * spread
-        predicted = self.speedup(tokens_per_verify, steps, workload, concurrency, prefill_share)
+        predicted = self.speedup(tokens_per_verify, steps, concurrency, prefill_share)
         # a step that drafts costs at least a plain decode step, however wide the range
-        return 100 * max(abs(predicted / self.speedup(tokens_per_verify, steps, workload, concurrency, prefill_share,
+        return 100 * max(abs(predicted / self.speedup(tokens_per_verify, steps, concurrency, prefill_share,
                                                       max(cost + d, 1.0)) - 1) for d in (delta, -delta))
 
 
@@ -180,13 +184,14 @@ def profile_units(profile: pd.DataFrame | None, concurrencies: set[int]) -> Step
 
 def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     """Weighted least squares of r_obs on (1, u(k, C) at each C), without the 1 where a profile gives u (it holds
-    the step's fixed part); cells: concurrency, steps, E, speedup, prefill_share, prefill_ratio. A cell whose
-    prefill alone would take longer than its measured time (noise) is left out."""
+    the step's fixed part); cells: one workload's concurrency, steps, E, speedup, prefill_share, prefill_ratio. A
+    cell whose prefill alone would take longer than its measured time (noise) is left out."""
     shape = shape or StepShape()
     units = shape.units
     cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
-    prefill_ratio = {w: float(g.median()) for w, g in cells.groupby("workload")["prefill_ratio"] if g.notna().any()}
-    share, rho = cells["prefill_share"], cells["workload"].map(prefill_ratio).fillna(1.0)
+    measured_rho = cells["prefill_ratio"].dropna()
+    prefill_ratio = float(measured_rho.median()) if len(measured_rho) else None
+    share, rho = cells["prefill_share"], 1.0 if prefill_ratio is None else prefill_ratio
     r_obs = cells["tokens_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
     cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
     u = np.array([draft_units(units, int(k), int(c)) for k, c in zip(cells["steps"], cells["concurrency"])])
@@ -373,15 +378,19 @@ def external_data(summary: pd.DataFrame, source: str, cfg: StudyConfig, family: 
 @dataclass(frozen=True)
 class Model:
     alphas: dict[str, list[float]]  # workload -> α per position
-    costs: CostFit
+    costs: dict[str, CostFit]  # workload -> its step and prefill costs
+
+
+NO_COSTS = CostFit(0.0, {})  # a workload without fitted cells: every step cost, and so every prediction, is NaN
 
 
 def fit(data: SourceData, settings: Sequence[str]) -> Model:
-    """α per workload and the costs, from the given settings' cells only."""
+    """α and the costs per workload, from the given settings' cells only."""
     train = data.cells[data.cells["setting"].isin(settings)]
     workloads = sorted(data.cells["workload"].unique())
     alphas = {w: data.alphas_from(settings, w) for w in workloads}
-    return Model({w: a for w, a in alphas.items() if a}, fit_costs(train, data.shape))
+    costs = {w: fit_costs(train[train["workload"] == w], data.shape) for w in workloads}
+    return Model({w: a for w, a in alphas.items() if a}, costs)
 
 
 def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
@@ -390,10 +399,11 @@ def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
     out["steps"] = steps
     out["tokens_per_verify"] = [expected_tokens(model.alphas[w], steps) if w in model.alphas else np.nan
                                 for w in base["workload"]]
-    out["step_cost"] = [model.costs.step_cost(steps, int(c)) for c in base["concurrency"]]
-    rows = list(zip(out["tokens_per_verify"], base["workload"], base["concurrency"].astype(int), base["prefill_share"]))
-    out["predicted_speedup"] = [model.costs.speedup(e, steps, w, c, f) for e, w, c, f in rows]
-    out["profile_error_pct"] = [model.costs.profile_error_pct(e, steps, w, c, f) for e, w, c, f in rows]
+    rows = [(model.costs.get(w, NO_COSTS), e, int(c), f) for w, e, c, f in
+            zip(base["workload"], out["tokens_per_verify"], base["concurrency"], base["prefill_share"])]
+    out["step_cost"] = [costs.step_cost(steps, c) for costs, _, c, _ in rows]
+    out["predicted_speedup"] = [costs.speedup(e, steps, c, f) for costs, e, c, f in rows]
+    out["profile_error_pct"] = [costs.profile_error_pct(e, steps, c, f) for costs, e, c, f in rows]
     for metric in METRIC_COLUMNS:
         out[f"predicted_{metric}"] = base[metric].to_numpy() * out["predicted_speedup"].to_numpy()
     return out
@@ -473,26 +483,27 @@ def parameter_table(source: str, model: Model, max_steps: int, cells: pd.DataFra
     rows = [{"source": source, "parameter": "alpha", "workload": w, "position": p + 1, "value": a,
              "note": "one α for all positions (from accept_length)" if source != MEASURED else ""}
             for w, alphas in model.alphas.items() for p, a in enumerate(alphas)]
-    overhead_note = "plain decode steps per speculative step, on top of 1" + (
-        "; negative, which no engine does: the fit absorbs speed differences between the settings' runs"
-        if model.costs.overhead < 0 else "")
-    rows.append({"source": source, "parameter": "fixed_overhead", "value": model.costs.overhead,
-                 "note": overhead_note})
-    for c, s in model.costs.per_draft.items():
-        rows.append({"source": source, "parameter": "per_draft_cost", "concurrency": c, "value": s,
-                     "note": "the profiled step cost's extra work scaled to the server's (1: as profiled)"
-                     if model.costs.shape.units else
-                     "plain decode steps per draft position (draft forward + one more verified token)"})
-        rows += [{"source": source, "parameter": "spec_step_cost", "concurrency": c, "position": k,
-                  "value": model.costs.step_cost(k, c), "note": f"one step with {k} drafts, in plain decode steps"}
-                 for k in range(1, max_steps + 1)]
+    for w, costs in model.costs.items():
+        overhead_note = "plain decode steps per speculative step, on top of 1" + (
+            "; negative, which no engine does: the fit absorbs speed differences between the settings' runs"
+            if costs.overhead < 0 else "")
+        rows.append({"source": source, "parameter": "fixed_overhead", "workload": w, "value": costs.overhead,
+                     "note": overhead_note})
+        for c, s in costs.per_draft.items():
+            rows.append({"source": source, "parameter": "per_draft_cost", "workload": w, "concurrency": c, "value": s,
+                         "note": "the profiled step cost's extra work scaled to the server's (1: as profiled)"
+                         if costs.shape.units else
+                         "plain decode steps per draft position (draft forward + one more verified token)"})
+            rows += [{"source": source, "parameter": "spec_step_cost", "workload": w, "concurrency": c, "position": k,
+                      "value": costs.step_cost(k, c), "note": f"one step with {k} drafts, in plain decode steps"}
+                     for k in range(1, max_steps + 1)]
+        if costs.prefill_ratio is not None:
+            rows.append({"source": source, "parameter": "prefill_ratio", "workload": w, "value": costs.prefill_ratio,
+                         "note": "a speculative setting's prefill seconds per token ÷ the baseline's (median of the "
+                                 "fitted settings' cells over every concurrency)"})
     rows += [{"source": source, "parameter": "prefill_share", "workload": r.workload, "concurrency": r.concurrency,
               "value": r.prefill_share, "note": "the baseline's prefill-only forwards, share of its forward time "
               "(not sped up by speculation)"} for r in base.itertuples(index=False) if r.prefill_share > 0]
-    rows += [{"source": source, "parameter": "prefill_ratio", "workload": w, "value": rho,
-              "note": "a speculative setting's prefill seconds per token ÷ the baseline's (median of the fitted "
-                      "settings' cells over every concurrency)"}
-             for w, rho in model.costs.prefill_ratio.items()]
     rows += [{"source": source, "parameter": "measured_step_cost", "workload": r.workload, "concurrency": r.concurrency,
               "position": r.steps, "value": r.measured_step_cost,
               "note": f"`{r.setting}`: its seconds per decode forward ÷ the baseline's, from the engine's forward "
@@ -689,6 +700,8 @@ def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str,
         if best.steps != pick.steps and pick.steps != runner_up.steps:
             deficit = _paired_lead(values, pick, best, floor)
             row += f"; best over the pick {_fmt(deficit)}" if deficit is not None else ""
+        if best.steps != pick.steps:
+            row += _margin(g, pick)
         rows.append(row)
     if not rows:
         return []
@@ -707,6 +720,15 @@ def _best_steps_lines(pred: pd.DataFrame, floor: float | None, floor_text: str,
             else f"  - Best steps among the measured ones (aggregate); the noise floor is {floor_text}, so "
                  "agreement cannot be scored")
     return [head + ": " + "; ".join(rows) + "."]
+
+
+def _margin(cell: pd.DataFrame, pick: pd.Series) -> str:
+    """How far the model's pick leads its own second choice among the measured steps, against its stated error: a
+    miss by a margin inside that error is a pick the model could not make."""
+    second = cell.drop(index=pick.name).sort_values("predicted_aggregate_tok_s").iloc[-1]
+    margin = 100 * (pick["predicted_aggregate_tok_s"] / second["predicted_aggregate_tok_s"] - 1)
+    return (f"; the model put {int(pick.steps)} over {int(second.steps)} by {margin:.1f}%, against its stated error "
+            f"±{pick['stated_error_pct']:.1f}%")
 
 
 def _paired_lead(values: pd.DataFrame | None, control: pd.Series, candidate: pd.Series,
