@@ -362,7 +362,6 @@ def test_the_prefill_share_is_not_sped_up_and_the_forward_times_say_how_large_it
             assert steps4.loc[(workload, conc), "predicted_aggregate_tok_s"] == pytest.approx(truth, rel=0.05)
 
 
-
 def test_one_concurrencys_prefill_ratio_does_not_bend_that_cells_predictions():
     """Run 11 of the default study measured ρ 0.40–0.44 at synthetic C=32 in all three settings, 0.8–1.7 elsewhere,
     and the forward times' own account of that cell missed its speedup by 28–44%: a window's extend seconds that
@@ -390,12 +389,11 @@ def test_one_concurrencys_prefill_ratio_does_not_bend_that_cells_predictions():
     assert (validation.loc[("synthetic", 16), "aggregate_error_pct"].abs() < 5).all()  # per (w, C) ρ: 14–24%
 
 
-
 def test_each_workload_has_its_own_step_cost():
-    """The realistic workload's steps cost 30% more per draft than the synthetic one's, as its longer answers made
-    them on the embedded engine (run 12: steps 3 at C=32 cost 2.45 plain steps against 2.20): the fit recovers both
-    scales, and leaving a setting out predicts it from its workload's own cells. One scale for both would sit between
-    them, off for each."""
+    """The realistic workload's steps cost 30% more per draft than the synthetic one's (the embedded engine's
+    forward times differ by workload too: run 12's steps 3 at C=32 cost 2.45 plain steps against 2.20): the fit
+    recovers both scales, and leaving a setting out predicts it from its workload's own cells. One scale for both
+    would sit between them, off for each."""
     heavy = dataclasses.replace(TRUE_COSTS, per_draft={c: 1.3 * s for c, s in TRUE_COSTS.per_draft.items()})
     own = {"synthetic": TRUE_COSTS, "realistic": heavy}
     requests, summary = synthetic_study(np.random.default_rng(11), noise=0.01, own=own)
