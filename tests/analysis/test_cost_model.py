@@ -11,8 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.analysis.cost_model import (MEASURED, CostFit, StepShape, analyse, expected_tokens,
-                                                  geometric_alpha, profile_units)
+from workflow_scripts.analysis.cost_model import (MEASURED, CostFit, StepShape, analyse, committed_per_verify,
+                                                  expected_tokens, geometric_alpha, profile_units,
+                                                  verifies_to_commit)
 from workflow_scripts.analysis.study_config import StudyConfig
 
 ALPHAS = {"synthetic": [0.85, 0.75, 0.7, 0.65], "realistic": [0.6, 0.5, 0.45, 0.4]}
@@ -41,44 +42,74 @@ def sample_histogram(rng: np.random.Generator, alphas: list[float], steps: int, 
     return histogram[: accepted.max() + 1].tolist()  # SGLang grows the list only as far as the largest count
 
 
+def sample_request(rng: np.random.Generator, alphas: list[float], steps: int, length: int) -> list[int]:
+    """The histogram of one request that decodes ``length`` tokens: verifies until it has them, the last one's
+    accepted drafts counted whole, as the engine counts them, though it commits only what the length has left."""
+    counts = np.zeros(steps + 1, dtype=int)
+    committed = 0
+    while committed < length:
+        accepted = 0
+        while accepted < steps and rng.random() < alphas[accepted]:
+            accepted += 1
+        counts[accepted] += 1
+        committed += accepted + 1
+    return counts[: np.flatnonzero(counts).max() + 1].tolist()
+
+
 def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, requests_per_cell=12,
                     prefill: dict[int, float] | None = None, rho: dict[str, float] | None = None,
-                    true: CostFit = TRUE_COSTS, own: dict[str, CostFit] | None = None):
+                    true: CostFit = TRUE_COSTS, own: dict[str, CostFit] | None = None,
+                    length: int | None = None, gap: float = 0.0, acceptance: dict[str, list[float]] = ALPHAS):
     """Requests (with histograms) and a summary whose tok/s follow the model (``true``'s step costs, or a
     workload's ``own``), with multiplicative noise. With ``prefill`` ({C: the baseline's prefill share}),
     speculation speeds up only the rest, its prefill costs ``rho`` ({workload: ρ}, 1 by default) times the
-    baseline's, and each request carries its cell's forward times as the client records them."""
+    baseline's, and each request carries its cell's forward times as the client records them. With ``length``,
+    every request decodes that many tokens after its first, and a finished request's slot stays empty ``gap``
+    decode forwards at C > 1 (the tokens a verify commits are then committed_per_verify's, not E_k). ``acceptance``:
+    α per position per workload."""
     req_rows, sum_rows = [], []
-    for workload, alphas in ALPHAS.items():
+    for workload, alphas in acceptance.items():
         for conc, base in BASE_TOK_S.items():
+            slot_gap = gap if conc > 1 else 0.0
             for setting, k in {"baseline": 0, **settings}.items():
                 share = (prefill or {}).get(conc, 0.0)
                 ratio = (rho or {}).get(workload, 1.0)
                 costs = dataclasses.replace((own or {}).get(workload, true), prefill_ratio=ratio)
-                speedup = costs.speedup(expected_tokens(alphas, k), k, conc, share)
+                per_verify = (committed_per_verify(alphas, k, np.array([length]), slot_gap) if length
+                              else expected_tokens(alphas, k))
+                speedup = costs.speedup(per_verify, k, conc, share)
                 value = base * speedup * (1 + noise * rng.standard_normal())
                 tokens = 1000.0  # the cell's: its forward seconds at the baseline's speed are 1000 / base
-                decode_s = (1 - share) * tokens / base * (speedup if k == 0 else costs.step_cost(k, conc)
-                                                          / expected_tokens(alphas, k))
+                decode_s = (1 - share) * tokens / base * (speedup if k == 0 else costs.step_cost(k, conc) / per_verify)
                 extend_s = share * tokens / base * (ratio if k else 1.0)
-                # one decode forward per verify step: plain decode steps of the baseline's, each E_k tokens a row
-                forwards = tokens / conc / (expected_tokens(alphas, k) if k else 1.0)
+                # one decode forward per verify step: plain decode steps of the baseline's, each E_k tokens a row;
+                # with lengths, C·L ÷ (V + g) tokens a forward (the baseline's V = L), C·V ÷ (V + g) rows
+                verifies = verifies_to_commit(alphas, k, length)[length] if length else tokens / conc / per_verify
+                forwards = (tokens / (conc * length / (verifies + slot_gap)) if length
+                            else tokens / conc / (per_verify if k else 1.0))
                 metrics = json.dumps({"specstudy:decode_forward_seconds_total": decode_s,
                                       "specstudy:decode_forwards_total": forwards,
                                       "specstudy:extend_forward_seconds_total": extend_s,
                                       "specstudy:mixed_forward_seconds_total": 0.0,
-                                      "sglang:generation_tokens_total": tokens}) if prefill else None
+                                      "sglang:generation_tokens_total": tokens,
+                                      "sglang:spec_verify_calls_total": forwards * conc * verifies / (verifies + slot_gap)
+                                      if k else 0.0}) if prefill or length else None
                 sum_rows.append({"source": MEASURED, "setting": setting, "workload": workload, "concurrency": conc,
                                  "aggregate_tok_s_median": value, "aggregate_tok_s_ci_low": value * 0.97,
                                  "aggregate_tok_s_ci_high": value * 1.03,
                                  "per_request_tok_s_median": value / conc, "accept_length_mean": np.nan})
                 for i in range(requests_per_cell):
-                    verifies = int(rng.integers(20, 40))
-                    histogram = sample_histogram(rng, alphas, k, verifies) if k else None
+                    if length:
+                        histogram = sample_request(rng, alphas, k, length) if k else None
+                        verify_ct = sum(histogram) if k else None
+                    else:
+                        verify_ct = int(rng.integers(20, 40))
+                        histogram = sample_histogram(rng, alphas, k, verify_ct) if k else None
                     req_rows.append({"setting": setting, "workload": workload, "concurrency": conc, "repeat": 0,
                                      "request_id": f"{setting}-{workload}-{conc}-{i}", "ok": True, "warmup": False,
                                      "temperature": TEMPERATURE[workload],
-                                     "spec_verify_ct": verifies if k else None,
+                                     "spec_verify_ct": verify_ct if k else None,
+                                     "output_tokens": length + 1 if length else None,
                                      "spec_correct_drafts_histogram": histogram, "cell_server_metrics": metrics})
     return pd.DataFrame(req_rows), pd.DataFrame(sum_rows)
 
@@ -448,3 +479,49 @@ def test_best_steps_are_scored_only_where_the_rounds_support_the_measured_lead()
     assert "(gap 5.3%)" in line and "(lead over 4 +8.1% [" in line
     assert "in 0 of 2 cells whose measured lead over the runner-up is beyond noise" in line
     assert "or, where the two were not measured in the same rounds, whose measured gap exceeds" in line
+
+
+def test_the_verifies_a_length_needs_match_simulated_requests():
+    """The renewal count behind committed_per_verify against requests drawn one verify at a time: at 31 tokens the
+    last verify's lost drafts cost steps 4 half a verify a request more than 31 ÷ E_4."""
+    rng = np.random.default_rng(2)
+    alphas = ALPHAS["synthetic"]
+    for steps, length in ((1, 5), (3, 31), (4, 31), (4, 100)):
+        drawn = [sum(sample_request(rng, alphas, steps, length)) for _ in range(4000)]
+        expected = verifies_to_commit(alphas, steps, length)[length]
+        assert expected == pytest.approx(np.mean(drawn), rel=0.01)
+    assert verifies_to_commit(alphas, 4, 31)[31] > 31 / expected_tokens(alphas, 4) + 0.4
+    assert verifies_to_commit(alphas, 0, 7).tolist() == list(range(8))
+
+
+def test_a_requests_last_verify_and_its_empty_slot_are_charged():
+    """Requests of 31 tokens after the first, and a finished request's slot empty one decode forward until its
+    successor is prefilled (the embedded engine's gap: 0.7–1.2 forwards at every C ≥ 4 in run 12 and run S6). A
+    verify of 3 drafts then adds 2.67 tokens to the cell where E_3 = 2.93. Fitted on steps 1–3 with a profiled step
+    shape (no fixed overhead to soak it up), the model finds the true step costs and predicts steps 4 from the
+    requests' lengths and the gap the forward counters show. With E_k alone it charges the loss to the step cost:
+    ~10% too dear by steps 3 on the synthetic workload, more with every draft. (α_4 = α_3 here, so that steps 1–3
+    tell the fit every α steps 4 needs.)"""
+    measured = {"steps1": 1, "steps2": 2, "steps3": 3}
+    acceptance = {w: [*a[:3], a[2]] for w, a in ALPHAS.items()}
+    true = CostFit(overhead=0.0, per_draft={1: 1.3, 4: 1.1, 16: 0.9, 64: 0.8},
+                   shape=StepShape({(c, k): u[k - 1] for c, u in PROFILE_UNITS.items() for k in range(1, 7)}))
+    requests, summary = synthetic_study(np.random.default_rng(3), settings=measured, noise=0.005, requests_per_cell=80,
+                                        true=true, length=31, gap=1.0, acceptance=acceptance)
+    cfg = study_config(measured, predict_max_steps=4)
+    report = analyse(requests, summary, cfg, profile=forward_profile(PROFILE_UNITS))
+    blind = analyse(requests.drop(columns="output_tokens"), summary, cfg, profile=forward_profile(PROFILE_UNITS))
+    assert committed_per_verify(acceptance["synthetic"], 3, np.array([31]), 1.0) < 0.92 * expected_tokens(
+        acceptance["synthetic"], 3)
+    for workload in ALPHAS:
+        for conc in BASE_TOK_S:
+            for k in (1, 2, 3):
+                fitted = param(report.params, "spec_step_cost", workload=workload, concurrency=conc, position=k)
+                assert fitted == pytest.approx(true.step_cost(k, conc), rel=0.035)
+    for conc in (4, 16, 64):
+        assert param(blind.params, "spec_step_cost", workload="synthetic", concurrency=conc,
+                     position=3) > 1.08 * true.step_cost(3, conc)
+    pred = report.predictions[report.predictions["steps"] == 4]
+    truth = [BASE_TOK_S[c] * true.speedup(committed_per_verify(acceptance[w], 4, np.array([31]), 1.0 if c > 1 else 0.0),
+                                          4, c, 0.0) for w, c in pred[["workload", "concurrency"]].itertuples(index=False)]
+    assert (pred["predicted_aggregate_tok_s"] / truth - 1).abs().max() < 0.04

@@ -53,3 +53,16 @@ def test_a_time_sliced_cell_is_read_with_the_cpu_clock_and_has_no_forward_times_
     with_cpu = forward_times(pd.DataFrame([{**row, "window_server_metrics": json.dumps(cpu)} for row in sliced]))
     assert with_cpu.loc[0, "decode_s_per_forward"] == pytest.approx(3.0 / 50)
     assert with_cpu.loc[0, "extend_share"] == pytest.approx(1.0 / 4.0)
+
+
+def test_the_rows_a_decode_forward_verified_are_read_where_the_server_counts_verifies():
+    """One verify per row: 720 verifies over 50 decode forwards at C=16 are 14.4 rows a forward (the slots of
+    finished requests wait for their successors' prefill); a cell without speculation has none to count."""
+    window = json.loads(_metrics(decode_s=4.0, extend_s=1.0, forwards=50, tokens=1000))
+    spec = window | {"sglang:spec_verify_calls_total": 720.0}
+    plain = window | {"sglang:spec_verify_calls_total": 0.0}
+    times = forward_times(pd.DataFrame(_cell(0, json.dumps(spec)) + [
+        {**row, "setting": "baseline"} for row in _cell(0, json.dumps(plain))]))
+    rows = times.set_index("setting")["rows_per_forward"]
+    assert rows["steps2"] == pytest.approx(14.4)
+    assert pd.isna(rows["baseline"])

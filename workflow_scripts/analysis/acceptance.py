@@ -38,7 +38,8 @@ BAD_COLUMNS = ["setting", "workload", "concurrency", "repeat", "request_id", "pr
 class Histograms:
     """The usable histograms of ok, non-warm-up speculative requests, and the flagged ones."""
 
-    valid: pd.DataFrame  # setting, workload, concurrency, temperature, steps, histogram (np.ndarray of length steps+1)
+    valid: pd.DataFrame  # setting, workload, concurrency, temperature, steps, histogram (np.ndarray of length
+    # steps+1), output_tokens (NaN where the records lack it)
     bad: pd.DataFrame  # BAD_COLUMNS
 
     @property
@@ -79,9 +80,10 @@ def check_histograms(requests: pd.DataFrame, steps_of: Callable[[str], int]) -> 
             padded = np.zeros(steps + 1, dtype="int64")
             padded[: len(histogram)] = np.asarray(histogram, dtype="int64")
             valid_rows.append({"setting": row.setting, "workload": row.workload, "concurrency": row.concurrency,
-                               "temperature": row.temperature, "steps": steps, "histogram": padded})
+                               "temperature": row.temperature, "steps": steps, "histogram": padded,
+                               "output_tokens": getattr(row, "output_tokens", np.nan)})
     valid = pd.DataFrame(valid_rows, columns=["setting", "workload", "concurrency", "temperature", "steps",
-                                              "histogram"])
+                                              "histogram", "output_tokens"])
     return Histograms(valid, pd.DataFrame(bad_rows, columns=BAD_COLUMNS))
 
 

@@ -21,8 +21,14 @@ for each workload w on its own:
   engine's ``specstudy:*_forward_seconds_total``, ``forward_time.py``), a share f of the baseline's forward time
   went to prefill-only forwards, and a speculative setting's prefill costs ρ_w times the baseline's on workload w
   (its draft prefills too, in more and smaller forwards);
-- so tok/s(k, C) = tok/s(baseline, C) ÷ ((1 − f)·r(k, C) ÷ E_k + f·ρ_w), for aggregate and per-request tok/s
-  alike (Amdahl's law; f = 0 without forward times, which is the plain E_k ÷ r(k, C)).
+- a verify adds E'_k ≤ E_k tokens to the cell (``committed_per_verify``): a request's last verify commits only
+  what its length has left (the drafts past EOS or max_new_tokens are lost), and a finished request's slot stays
+  empty for g decode forwards until its successor is prefilled, so a setting that commits more per verify
+  finishes more requests per forward and runs fewer rows. E'_k = (L̄ + g) ÷ (V̄_k + g), from the baseline's
+  lengths L (tokens after the first) and the verifies V_k(L) they need (a renewal count over α); g is measured
+  where the engine counts verifies and decode forwards (rows per forward = C·V̄ ÷ (V̄ + g)), 0 elsewhere;
+- so tok/s(k, C) = tok/s(baseline, C) ÷ ((1 − f)·r(k, C) ÷ E'_k + f·ρ_w), for aggregate and per-request tok/s
+  alike (Amdahl's law; f = 0 without forward times, which is the plain E'_k ÷ r(k, C)).
 
 α comes from the requests' ``spec_correct_drafts_histogram``; f and each setting's ρ from the forward times;
 ρ_w is the median ρ of the fitted settings' cells of workload w over every C: one cell's ρ is a ratio of two short
@@ -31,7 +37,7 @@ where every other cell's were 0.8–1.7. With those, the forward times' own acco
 cost ÷ E_k + f·ρ)) overshot the measured speedups there by 28–44%, with ρ = 1 by 6–15%, and a per-C ρ moved the
 predictions at that C off the workload's own s_C (LOO: 73% of 30 cells within 10% with ρ per workload and C,
 83% with ρ_w; run S5 80% and 83%, both with one s_C shared by the workloads). o and s_C come from the measured
-speedups by weighted least squares (r_obs = E_measured · (1 ÷ speedup − f·ρ_w) ÷ (1 − f), relative residuals) over
+speedups by weighted least squares (r_obs = E'_measured · (1 ÷ speedup − f·ρ_w) ÷ (1 − f), relative residuals) over
 settings × concurrency. The verify's and the draft's shares of s_C are not separable from throughput (both grow by
 one forward per draft); o is fitted only when at least two step counts are measured and no profile shapes the
 step, else it is 0.
@@ -42,6 +48,13 @@ study a steps-3 step cost 2.45 plain steps on realistic C=32 and 2.20 on synthet
 C=64. One s_C shared by both workloads split that difference, over- and under-predicting each (LOO within 10%:
 83% → 87% of 30 cells in run 11, 87% → 90% in run 12, 90% → 93% in run 13, 83% → 90% in run S5, and in run S6,
 measured after the change, 83% → 90%).
+
+E'_k is what the throughput sees. The embedded engine's gap was 0.7–1.2 forwards at every C ≥ 4 (0 at C=1,
+where an empty slot idles the engine instead) in run 12 of the default study and in run S6, and at synthetic C=64
+(63 tokens after the first) steps 1–5 committed 2.0–7.9% less per verify than E_k, growing with k. A fit on E_k
+charged that to the step cost, which then grew too fast in k for the profiled shape: in run S6 it put steps 3 over
+steps 2 at synthetic C=64 by 0.5%, where the rounds measured steps 2 ahead by 3.6% [+2.4, +4.9]; with E'_k it
+picks steps 2, and the LOO cells within 10% go from 90% to 93%.
 
 Validation: leave one setting out, fit α and costs on the others, predict its cells; the 80th percentile of the
 absolute errors is the *stated error* printed beside every prediction. A step count that was never measured is
@@ -87,7 +100,7 @@ METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_
 
 PARAM_COLUMNS = ["source", "parameter", "workload", "concurrency", "position", "value", "note"]
 PREDICTION_COLUMNS = ["source", "workload", "concurrency", "steps", "setting", "measured", "tokens_per_verify",
-                      "step_cost", "predicted_speedup", "predicted_aggregate_tok_s", "predicted_per_request_tok_s",
+                      "committed_per_verify", "step_cost", "predicted_speedup", "predicted_aggregate_tok_s", "predicted_per_request_tok_s",
                       "stated_error_pct", "profile_error_pct", "measured_aggregate_tok_s", "measured_aggregate_ci_low",
                       "measured_aggregate_ci_high", "note"]
 VALIDATION_COLUMNS = ["source", "left_out", "steps", "workload", "concurrency", "measured_aggregate_tok_s",
@@ -104,6 +117,37 @@ def expected_tokens(alphas: Sequence[float], steps: int) -> float:
     return float(1 + np.cumprod(alphas[:steps]).sum())
 
 
+def verifies_to_commit(alphas: Sequence[float], steps: int, max_tokens: int) -> np.ndarray:
+    """V(n) for n = 0..max_tokens: the expected verifies a request needs to commit n tokens with k drafts, a renewal
+    count over the tokens x one verify commits (P(x > j) = α_1·…·α_j): V(n) = 1 + Σ_x P(x)·V(n − x), V(≤ 0) = 0.
+    Its last verify commits only what the length has left."""
+    if steps == 0:
+        return np.arange(max_tokens + 1, dtype="float64")
+    alphas = list(alphas) + [alphas[-1]] * max(0, steps - len(alphas))
+    reach = np.concatenate([[1.0], np.cumprod(alphas[:steps])])  # P(x > j), j = 0..k
+    pmf = reach - np.append(reach[1:], 0.0)  # P(x = j + 1)
+    verifies = np.zeros(max_tokens + 1)
+    for n in range(1, max_tokens + 1):
+        verifies[n] = 1 + pmf @ verifies[np.maximum(n - np.arange(1, steps + 2), 0)]
+    return verifies
+
+
+def committed_per_verify(alphas: Sequence[float], steps: int, lengths: np.ndarray | None, gap: float) -> float:
+    """E'_k: the tokens a row's verify adds to the cell's throughput, against the baseline's one per decode forward.
+
+    Two losses grow with E_k. A request's last verify commits only what its length has left: the drafts past EOS or
+    max_new_tokens are lost. And the slot of a finished request stays empty for ``gap`` decode forwards, until its
+    successor is prefilled; a setting that commits more per verify finishes more requests per forward. With L̄ the
+    mean of ``lengths`` (tokens decoded after the first, per request) and V̄_k the mean verifies they need,
+    E'_k = (L̄ + g) ÷ (V̄_k + g): the baseline's slots idle g forwards per request too. Without lengths, E_k."""
+    if steps == 0:
+        return 1.0
+    if lengths is None or not len(lengths):
+        return expected_tokens(alphas, steps)
+    verifies = verifies_to_commit(alphas, steps, int(lengths.max()))[lengths]
+    return float((lengths.mean() + gap) / (verifies.mean() + gap))
+
+
 @dataclass(frozen=True)
 class StepShape:
     """What shapes the step cost: u(k, C) per (C, k) from a forward profile ({}: linear in k), half the range of u
@@ -118,12 +162,14 @@ class StepShape:
 class CostFit:
     """One workload's costs: r(k, C) = 1 + overhead + per_draft[C]·u(k, C) plain decode steps per speculative step
     (k = 0: 1), u from ``shape.units`` (the profiled step cost − 1 per (C, k), overhead 0) where given, else k; a
-    speculative setting's prefill costs prefill_ratio times the baseline's (None: not measured, 1)."""
+    speculative setting's prefill costs prefill_ratio times the baseline's (None: not measured, 1); a finished
+    request's slot stays empty for gaps[C] decode forwards (0 where not measured; committed_per_verify)."""
 
     overhead: float
     per_draft: dict[int, float]
     prefill_ratio: float | None = None
     shape: StepShape = field(default_factory=StepShape)  # u(k, C) and its spread, from profile_units
+    gaps: dict[int, float] = field(default_factory=dict)
 
     def step_cost(self, steps: int, concurrency: int) -> float:
         if steps == 0:
@@ -134,8 +180,8 @@ class CostFit:
 
     def speedup(self, tokens_per_verify: float, steps: int, concurrency: int, prefill_share: float,
                 step_cost: float | None = None) -> float:
-        """tok/s(k, C) ÷ tok/s(baseline, C): the decode share sped up by E_k ÷ r(k, C) (or ÷ ``step_cost``), the
-        prefill share not."""
+        """tok/s(k, C) ÷ tok/s(baseline, C): the decode share sped up by E' ÷ r(k, C) (or ÷ ``step_cost``), the
+        prefill share not; ``tokens_per_verify`` is E' (committed_per_verify)."""
         if steps == 0:
             return 1.0
         rho = 1.0 if self.prefill_ratio is None else self.prefill_ratio
@@ -185,21 +231,22 @@ def profile_units(profile: pd.DataFrame | None, concurrencies: set[int]) -> Step
 
 def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     """Weighted least squares of r_obs on (1, u(k, C) at each C), without the 1 where a profile gives u (it holds
-    the step's fixed part); cells: one workload's concurrency, steps, E, speedup, prefill_share, prefill_ratio. A
-    cell whose prefill alone would take longer than its measured time (noise) is left out."""
+    the step's fixed part); cells: one workload's concurrency, steps, E', speedup, prefill_share, prefill_ratio,
+    gap. A cell whose prefill alone would take longer than its measured time (noise) is left out."""
     shape = shape or StepShape()
     units = shape.units
-    cells = cells[np.isfinite(cells["tokens_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
+    cells = cells[np.isfinite(cells["committed_per_verify"]) & (cells["speedup"] > 0) & (cells["steps"] > 0)]
     measured_rho = cells["prefill_ratio"].dropna()
     prefill_ratio = float(measured_rho.median()) if len(measured_rho) else None
+    gaps = {int(c): float(g.median()) for c, g in cells.dropna(subset=["gap"]).groupby("concurrency")["gap"]}
     share, rho = cells["prefill_share"], 1.0 if prefill_ratio is None else prefill_ratio
-    r_obs = cells["tokens_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
+    r_obs = cells["committed_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
     cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
     u = np.array([draft_units(units, int(k), int(c)) for k, c in zip(cells["steps"], cells["concurrency"])])
     known = np.isfinite(u)  # a measured step past the profile's last has no shape to fit
     cells, r_obs, u = cells[known], r_obs[known], u[known]
     if cells.empty:
-        return CostFit(0.0, {}, prefill_ratio, shape)
+        return CostFit(0.0, {}, prefill_ratio, shape, gaps)
     concs = sorted(cells["concurrency"].unique())
     with_overhead = cells["steps"].nunique() >= 2 and not units
     columns = [np.ones(len(cells))] if with_overhead else []
@@ -208,7 +255,7 @@ def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     coef, *_ = np.linalg.lstsq(design, (r_obs - 1) / r_obs, rcond=None)
     overhead = float(coef[0]) if with_overhead else 0.0
     per_draft = dict(zip((int(c) for c in concs), (float(x) for x in coef[1 if with_overhead else 0:])))
-    return CostFit(overhead, per_draft, prefill_ratio, shape)
+    return CostFit(overhead, per_draft, prefill_ratio, shape, gaps)
 
 
 # ---- the study's data in the model's terms ----------------------------------------------------------------------
@@ -237,6 +284,7 @@ class SourceData:
     # reached) per position
     geometric: bool  # α from accept_length under one α for all positions (external data), not from histograms
     shape: StepShape = field(default_factory=StepShape)  # profile_units
+    lengths: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)  # decode_lengths
 
     def alphas_from(self, settings: Sequence[str], workload: str) -> list[float]:
         """α per position pooled over the given settings (counts summed; geometric sources: the mean α)."""
@@ -316,13 +364,45 @@ def _paired_speedups(rounds: pd.DataFrame, baseline: str) -> dict[tuple[str, str
             for r in table.itertuples(index=False) if np.isfinite(r.improvement_pct)}
 
 
+def decode_lengths(requests: pd.DataFrame, baseline: str) -> dict[tuple[str, int], np.ndarray]:
+    """(workload, C) -> the tokens each ok, measured request of the baseline decoded after its first
+    (output_tokens − 1): what a speculative setting must commit there, the same in distribution for any lossless
+    setting; {} where the records lack output_tokens."""
+    if "output_tokens" not in requests.columns:
+        return {}
+    sel = requests[(requests["setting"] == baseline) & requests["ok"] & ~requests["warmup"].astype(bool)]
+    sel = sel.dropna(subset=["output_tokens"])
+    return {(str(w), int(c)): np.clip(g["output_tokens"].to_numpy(dtype="int64") - 1, 0, None)
+            for (w, c), g in sel.groupby(["workload", "concurrency"])}
+
+
+def _committed(cell: pd.DataFrame, concurrency: int, rows_per_forward: float,
+               base_lengths: np.ndarray | None) -> tuple[float, float]:
+    """(E', gap) of one measured cell (committed_per_verify), from its valid histograms (one verify per count) and
+    output_tokens, the rows its decode forwards verified (forward_time) and the baseline's lengths: its
+    tokens per decode forward, C·L̄ ÷ (V̄ + g), ÷ the baseline's, C·L̄_0 ÷ (L̄_0 + g), with the gap
+    g = V̄·(C ÷ rows − 1) forwards per request (0 without the rows). The histograms' E (NaN gap) where the records
+    lack output_tokens or the baseline's lengths are unknown."""
+    histograms = np.stack(cell["histogram"].to_numpy())
+    verifies = histograms.sum(axis=1)
+    lengths = cell["output_tokens"].to_numpy(dtype="float64") - 1
+    if base_lengths is None or not len(base_lengths) or not np.isfinite(lengths).all():
+        return float(1 + (histograms @ np.arange(histograms.shape[1])).sum() / verifies.sum()), float("nan")
+    mean_v, mean_l, mean_base = verifies.mean(), lengths.mean(), base_lengths.mean()
+    gap = max(mean_v * (concurrency / rows_per_forward - 1), 0.0) if np.isfinite(rows_per_forward) else 0.0
+    return float(mean_l / (mean_v + gap) * (mean_base + gap) / mean_base), gap
+
+
 def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, family: list[str],
                   rounds: pd.DataFrame | None = None, shares: pd.DataFrame | None = None,
-                  profile: pd.DataFrame | None = None) -> SourceData:
-    """The measured cells of the baseline and the family, with tokens per verify from the valid histograms,
+                  profile: pd.DataFrame | None = None,
+                  lengths: dict[tuple[str, int], np.ndarray] | None = None) -> SourceData:
+    """The measured cells of the baseline and the family, with tokens per verify from the valid histograms
+    (``tokens_per_verify``, E, and ``committed_per_verify``, E', with the cell's ``gap``: committed_per_verify),
     speedups paired by round when ``rounds`` (metrics.cell_table) is given, the prefill's share of the forward
-    time and the measured step cost where ``shares`` (forward_time.forward_times) has them, and the step cost's
-    shape from the engine's forward ``profile`` (profiling/forward_profile.py) when the family drafts with a model."""
+    time and the measured step cost where ``shares`` (forward_time.forward_times) has them, the step cost's shape
+    from the engine's forward ``profile`` (profiling/forward_profile.py) when the family drafts with a model, and
+    the baseline's ``lengths`` (decode_lengths)."""
     rows = summary[(summary["source"] == MEASURED) & summary["setting"].isin([cfg.baseline, *family])]
     cells = _cells_frame(rows, cfg, aggregate_ci_low=rows["aggregate_tok_s_ci_low"],
                          aggregate_ci_high=rows["aggregate_tok_s_ci_high"])
@@ -337,13 +417,21 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
         acc, rea, _ = position_counts(np.stack(g["histogram"].to_numpy()))
         counts.setdefault(setting, {})[workload] = (acc.sum(axis=0), rea.sum(axis=0))
     cells = attach(_with_speedup(cells, cfg.baseline, rounds), shares, cfg.baseline)
+    lengths = lengths or {}
+    groups = dict(list(valid.groupby(["setting", "workload", "concurrency"])))
+    committed = [_committed(groups[(s, w, c)], c, rows, lengths.get((w, c))) if (s, w, c) in groups
+                 else (1.0 if k == 0 else np.nan, np.nan)
+                 for s, w, c, k, rows in cells[["setting", "workload", "concurrency", "steps",
+                                                "rows_per_forward"]].itertuples(index=False)]
+    cells["committed_per_verify"] = [e for e, _ in committed]
+    cells["gap"] = [g for _, g in committed]
     algorithms = {str(cfg.settings[s].get("speculative_algorithm", "")).upper() for s in family}
     if profile is not None and algorithms != {"STANDALONE"}:
         shape = StepShape(text=f"linear in the drafts (the forward profile times a STANDALONE step; the family runs "
                                f"{', '.join(sorted(algorithms))})")
     else:
         shape = profile_units(profile, set(cells["concurrency"]))
-    return SourceData(MEASURED, cells, {}, counts, geometric=False, shape=shape)
+    return SourceData(MEASURED, cells, {}, counts, geometric=False, shape=shape, lengths=lengths)
 
 
 def geometric_alpha(accept_length: float, steps: int) -> float:
@@ -370,8 +458,9 @@ def external_data(summary: pd.DataFrame, source: str, cfg: StudyConfig, family: 
         values = [v for v in values if np.isfinite(v)]
         if values:
             alphas.setdefault(setting, {})[workload] = [float(np.mean(values))]
-    # an external table has no forward times: the model without the prefill's share
-    return SourceData(source, attach(_with_speedup(cells, cfg.baseline), None, cfg.baseline), alphas, {},
+    # an external table has no forward times nor request lengths: the model without the prefill's share, E' = E
+    cells = attach(_with_speedup(cells, cfg.baseline), None, cfg.baseline)
+    return SourceData(source, cells.assign(committed_per_verify=cells["tokens_per_verify"], gap=np.nan), alphas, {},
                       geometric=True)
 
 
@@ -394,14 +483,20 @@ def fit(data: SourceData, settings: Sequence[str]) -> Model:
     return Model({w: a for w, a in alphas.items() if a}, costs)
 
 
-def predict(model: Model, base: pd.DataFrame, steps: int) -> pd.DataFrame:
-    """Predicted metrics at `steps` for each baseline row (workload, concurrency, baseline metrics)."""
+def predict(model: Model, base: pd.DataFrame, steps: int,
+            lengths: dict[tuple[str, int], np.ndarray] | None = None) -> pd.DataFrame:
+    """Predicted metrics at `steps` for each baseline row (workload, concurrency, baseline metrics), the requests
+    of the baseline's cell ``lengths`` long (decode_lengths; without them, E' = E)."""
     out = base[["workload", "concurrency"]].copy()
     out["steps"] = steps
     out["tokens_per_verify"] = [expected_tokens(model.alphas[w], steps) if w in model.alphas else np.nan
                                 for w in base["workload"]]
+    out["committed_per_verify"] = [
+        committed_per_verify(model.alphas[w], steps, (lengths or {}).get((w, int(c))),
+                             model.costs.get(w, NO_COSTS).gaps.get(int(c), 0.0)) if w in model.alphas else np.nan
+        for w, c in zip(base["workload"], base["concurrency"])]
     rows = [(model.costs.get(w, NO_COSTS), e, int(c), f) for w, e, c, f in
-            zip(base["workload"], out["tokens_per_verify"], base["concurrency"], base["prefill_share"])]
+            zip(base["workload"], out["committed_per_verify"], base["concurrency"], base["prefill_share"])]
     out["step_cost"] = [costs.step_cost(steps, c) for costs, _, c, _ in rows]
     out["predicted_speedup"] = [costs.speedup(e, steps, c, f) for costs, e, c, f in rows]
     out["profile_error_pct"] = [costs.profile_error_pct(e, steps, c, f) for costs, e, c, f in rows]
@@ -425,7 +520,7 @@ def leave_one_out(data: SourceData, family: Sequence[str]) -> pd.DataFrame:
         model = fit(data, [s for s in present if s != left_out])
         truth = data.cells[data.cells["setting"] == left_out]
         steps = int(truth["steps"].iloc[0])
-        pred = predict(model, _baseline_rows(data), steps)
+        pred = predict(model, _baseline_rows(data), steps, data.lengths)
         both = truth.merge(pred, on=["workload", "concurrency"], suffixes=("", "_pred"))
         for r in both.itertuples(index=False):
             agg_err = 100 * (r.predicted_aggregate_tok_s / r.paired_aggregate_tok_s - 1)
@@ -449,9 +544,8 @@ def stated_error(validation: pd.DataFrame) -> float:
 def predictions(data: SourceData, model: Model, max_steps: int, error_pct: float) -> pd.DataFrame:
     """Steps 0..max_steps at every measured concurrency per workload, beside the measured values where they exist."""
     base = _baseline_rows(data)
-    frames = [predict(model, base, k) for k in range(max_steps + 1)]
     extra = sorted(set(data.cells["steps"]) - set(range(max_steps + 1)))
-    frames += [predict(model, base, int(k)) for k in extra]
+    frames = [predict(model, base, int(k), data.lengths) for k in [*range(max_steps + 1), *extra]]
     out = pd.concat(frames, ignore_index=True)
     measured = data.cells.rename(columns={"paired_aggregate_tok_s": "measured_aggregate_tok_s",
                                           "aggregate_ci_low": "measured_aggregate_ci_low",
@@ -571,7 +665,8 @@ def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
         if reason:
             lines.append(f"- Cost model, {source}: skipped: {reason}.")
             continue
-        data = (measured_data(summary, hist, cfg, family, rounds, forward_times(requests), profile)
+        data = (measured_data(summary, hist, cfg, family, rounds, forward_times(requests), profile,
+                              decode_lengths(requests, cfg.baseline))
                 if source == MEASURED
                 else external_data(summary, source, cfg, family))
         model = fit(data, family)
@@ -639,8 +734,8 @@ def _source_lines(source: str, data: SourceData, family: list[str], others: list
 
 def _noise_lines(data: SourceData) -> list[str]:
     """What the fit cannot absorb: the spread between repeats, and speedups no step cost can explain."""
-    spec = data.cells[(data.cells["steps"] > 0)].dropna(subset=["speedup", "tokens_per_verify"])
-    impossible = spec[spec["speedup"] > spec["tokens_per_verify"]]
+    spec = data.cells[(data.cells["steps"] > 0)].dropna(subset=["speedup", "committed_per_verify"])
+    impossible = spec[spec["speedup"] > spec["committed_per_verify"]]
     cells = data.cells
     spread = ((cells["aggregate_ci_high"] - cells["aggregate_ci_low"]) / cells["paired_aggregate_tok_s"]).dropna()
     parts = []
@@ -648,11 +743,12 @@ def _noise_lines(data: SourceData) -> list[str]:
         parts.append(f"between repeats a cell's aggregate tok/s spans a median {100 * spread.median():.0f}% of its "
                      f"value (95% CI width ÷ median, max {100 * spread.max():.0f}%)")
     if len(impossible):
-        worst = impossible.loc[(impossible["speedup"] / impossible["tokens_per_verify"]).idxmax()]
-        parts.append(f"{len(impossible)} of {len(spec)} speculative cells beat the baseline by more than their "
-                     f"tokens per verify (a speculative step cheaper than a plain decode step; worst: `{worst.setting}` "
-                     f"{worst.workload} C={worst.concurrency}, ×{worst.speedup:.2f} with {worst.tokens_per_verify:.2f} "
-                     "tokens per verify), which only a machine load that changed between the settings' runs explains")
+        worst = impossible.loc[(impossible["speedup"] / impossible["committed_per_verify"]).idxmax()]
+        parts.append(f"{len(impossible)} of {len(spec)} speculative cells beat the baseline by more than the tokens "
+                     f"their verifies committed (a speculative step cheaper than a plain decode step; worst: "
+                     f"`{worst.setting}` {worst.workload} C={worst.concurrency}, ×{worst.speedup:.2f} with "
+                     f"{worst.committed_per_verify:.2f} tokens per verify), which only a machine load that changed "
+                     "between the settings' runs explains")
     return [f"  - Measurement noise: {'; '.join(parts)}."] if parts else []
 
 

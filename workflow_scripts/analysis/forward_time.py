@@ -14,6 +14,11 @@ forward also give what one speculative step (its drafting and its verify) costs 
 fitted step cost, measured. A mixed forward (prompt chunks in a decode batch, `--enable-mixed-chunk`) counts in
 the total only: its prefill's part is not known, so with mixing the prefill share is a lower bound.
 
+A speculative cell also gives how many rows its decode forwards carried (`sglang:spec_verify_calls_total`, one per
+row verified, ÷ `specstudy:decode_forwards_total`). It falls short of C: a row's slot stays empty from the forward
+that finished its request until its successor's prompt is prefilled, and a setting that commits more tokens per
+forward finishes more requests per forward (cost_model.committed_per_verify).
+
 A time-sliced cell (client/slicing.py) is read with the engine thread's CPU clock instead
 (`specstudy:*_forward_cpu_seconds_total`): its server was frozen in the middle of forwards, whose wall time the
 engine counts whole, so the wall seconds carry the other members' turns, while the CPU clock stands still through
@@ -33,13 +38,14 @@ from workflow_scripts.engine.types import FORWARD_MODES
 GROUP = ["setting", "workload", "concurrency"]
 # the forward-time counters a cell is read with, by whether it was time-sliced
 CLOCKS = {False: "forward_seconds", True: "forward_cpu_seconds"}
-COLUMNS = [*GROUP, "extend_share", "extend_s_per_token", "decode_s_per_forward"]
+COLUMNS = [*GROUP, "extend_share", "extend_s_per_token", "decode_s_per_forward", "rows_per_forward"]
 TOKENS = "sglang:generation_tokens_total"
+VERIFIES = "sglang:spec_verify_calls_total"
 
 
 def _seconds(metrics: str | None, clock: str) -> dict[str, float] | None:
-    """{mode: seconds} by `clock` (CLOCKS), the decode forwards and the cell's generated tokens from one cell's
-    metrics JSON; None without forward times."""
+    """{mode: seconds} by `clock` (CLOCKS), the decode forwards, the cell's generated tokens and its rows verified
+    (NaN without speculation) from one cell's metrics JSON; None without forward times."""
     if not isinstance(metrics, str):
         return None
     values = json.loads(metrics)
@@ -47,13 +53,14 @@ def _seconds(metrics: str | None, clock: str) -> dict[str, float] | None:
     names["decode_forwards"] = "specstudy:decode_forwards_total"
     if not all(name in values for name in names.values()) or not values.get(TOKENS):
         return None
-    return {key: float(values[name]) for key, name in names.items()} | {"tokens": float(values[TOKENS])}
+    return {key: float(values[name]) for key, name in names.items()} | {
+        "tokens": float(values[TOKENS]), "verifies": float(values.get(VERIFIES) or "nan")}
 
 
 def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
     """Per setting × workload × concurrency, the median over rounds of the extend forwards' share of the forward
-    time, of their seconds per generated token, and of the seconds per decode forward (COLUMNS); empty when no
-    cell carries forward times."""
+    time, of their seconds per generated token, of the seconds per decode forward and of the rows a decode forward
+    verified (NaN without speculation; COLUMNS); empty when no cell carries forward times."""
     sources = [name for name in ("window_server_metrics", "cell_server_metrics") if name in requests.columns]
     if not sources:
         return pd.DataFrame(columns=COLUMNS)
@@ -66,10 +73,11 @@ def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
                        None)
         total = sum(seconds[mode] for mode in FORWARD_MODES) if seconds else 0.0
         if total > 0:
-            per_forward = seconds["decode"] / seconds["decode_forwards"] if seconds["decode_forwards"] else np.nan
+            forwards = seconds["decode_forwards"] or np.nan
             rows.append({**dict(zip(GROUP, key[:3])), "extend_share": seconds["extend"] / total,
                          "extend_s_per_token": seconds["extend"] / seconds["tokens"],
-                         "decode_s_per_forward": per_forward})
+                         "decode_s_per_forward": seconds["decode"] / forwards,
+                         "rows_per_forward": seconds["verifies"] / forwards})
     if not rows:
         return pd.DataFrame(columns=COLUMNS)
     return pd.DataFrame(rows).groupby(GROUP, as_index=False)[COLUMNS[len(GROUP):]].median()
@@ -78,15 +86,18 @@ def forward_times(requests: pd.DataFrame) -> pd.DataFrame:
 def attach(cells: pd.DataFrame, times: pd.DataFrame | None, baseline: str) -> pd.DataFrame:
     """On the cost model's cells: `prefill_share` (the baseline's extend share at the cell's workload ×
     concurrency; 0 where unknown, which is the model without it), `prefill_ratio` (the setting's extend seconds per
-    token ÷ the baseline's) and `measured_step_cost` (its seconds per decode forward ÷ the baseline's: one
-    speculative step in plain decode steps); the last two NaN where unknown and for the baseline itself. ``times``
-    is forward_times' table; None (an external source) or empty gives the model without forward times."""
+    token ÷ the baseline's), `measured_step_cost` (its seconds per decode forward ÷ the baseline's: one
+    speculative step in plain decode steps), the last two NaN where unknown and for the baseline itself; and
+    `rows_per_forward` (the setting's own, NaN without speculation). ``times`` is forward_times' table; None (an
+    external source) or empty gives the model without forward times."""
     times = pd.DataFrame(columns=COLUMNS) if times is None else times
-    base = times[times["setting"] == baseline].drop(columns="setting")
+    base = times[times["setting"] == baseline].drop(columns=["setting", "rows_per_forward"])
     out = cells.merge(base.rename(columns={"extend_share": "prefill_share", "extend_s_per_token": "base_s_per_token",
                                            "decode_s_per_forward": "base_s_per_forward"}),
                       on=["workload", "concurrency"], how="left")
-    out = out.merge(times[[*GROUP, "extend_s_per_token", "decode_s_per_forward"]], on=GROUP, how="left")
+    out = out.merge(times[[*GROUP, "extend_s_per_token", "decode_s_per_forward", "rows_per_forward"]], on=GROUP,
+                    how="left")
+    out["rows_per_forward"] = out["rows_per_forward"].astype("float64")
     for name, own, base_col in (("prefill_ratio", "extend_s_per_token", "base_s_per_token"),
                                 ("measured_step_cost", "decode_s_per_forward", "base_s_per_forward")):
         ratio = out[own].astype("float64") / out[base_col].astype("float64")
