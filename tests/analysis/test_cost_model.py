@@ -83,17 +83,20 @@ def synthetic_study(rng: np.random.Generator, settings=STEPS, noise=0.02, reques
                 decode_s = (1 - share) * tokens / base * (speedup if k == 0 else costs.step_cost(k, conc) / per_verify)
                 extend_s = share * tokens / base * (ratio if k else 1.0)
                 # one decode forward per verify step: plain decode steps of the baseline's, each E_k tokens a row;
-                # with lengths, C·L ÷ (V + g) tokens a forward (the baseline's V = L), C·V ÷ (V + g) rows
-                verifies = verifies_to_commit(alphas, k, length)[length] if length else tokens / conc / per_verify
-                forwards = (tokens / (conc * length / (verifies + slot_gap)) if length
-                            else tokens / conc / (per_verify if k else 1.0))
+                # with lengths, C·V ÷ (V + g) rows a forward, each L ÷ V tokens (the baseline's V = L)
+                if length:
+                    verifies = verifies_to_commit(alphas, k, length)[length]
+                    rows, per_row = conc * verifies / (verifies + slot_gap), length / verifies
+                else:
+                    rows, per_row = conc, per_verify
+                forwards = tokens / (rows * per_row)
                 metrics = json.dumps({"specstudy:decode_forward_seconds_total": decode_s,
                                       "specstudy:decode_forwards_total": forwards,
                                       "specstudy:extend_forward_seconds_total": extend_s,
                                       "specstudy:mixed_forward_seconds_total": 0.0,
                                       "sglang:generation_tokens_total": tokens,
-                                      "sglang:spec_verify_calls_total": forwards * conc * verifies / (verifies + slot_gap)
-                                      if k else 0.0}) if prefill or length else None
+                                      "sglang:spec_verify_calls_total": forwards * rows if k else 0.0,
+                                      }) if prefill or length else None
                 sum_rows.append({"source": MEASURED, "setting": setting, "workload": workload, "concurrency": conc,
                                  "aggregate_tok_s_median": value, "aggregate_tok_s_ci_low": value * 0.97,
                                  "aggregate_tok_s_ci_high": value * 1.03,
@@ -523,5 +526,6 @@ def test_a_requests_last_verify_and_its_empty_slot_are_charged():
                      position=3) > 1.08 * true.step_cost(3, conc)
     pred = report.predictions[report.predictions["steps"] == 4]
     truth = [BASE_TOK_S[c] * true.speedup(committed_per_verify(acceptance[w], 4, np.array([31]), 1.0 if c > 1 else 0.0),
-                                          4, c, 0.0) for w, c in pred[["workload", "concurrency"]].itertuples(index=False)]
+                                          4, c, 0.0)
+             for w, c in pred[["workload", "concurrency"]].itertuples(index=False)]
     assert (pred["predicted_aggregate_tok_s"] / truth - 1).abs().max() < 0.04

@@ -37,8 +37,8 @@ where every other cell's were 0.8–1.7. With those, the forward times' own acco
 cost ÷ E_k + f·ρ)) overshot the measured speedups there by 28–44%, with ρ = 1 by 6–15%, and a per-C ρ moved the
 predictions at that C off the workload's own s_C (LOO: 73% of 30 cells within 10% with ρ per workload and C,
 83% with ρ_w; run S5 80% and 83%, both with one s_C shared by the workloads). o and s_C come from the measured
-speedups by weighted least squares (r_obs = E'_measured · (1 ÷ speedup − f·ρ_w) ÷ (1 − f), relative residuals) over
-settings × concurrency. The verify's and the draft's shares of s_C are not separable from throughput (both grow by
+speedups by weighted least squares (r_obs = E'_measured · (1 ÷ speedup − f·ρ_w) ÷ (1 − f), relative residuals)
+over settings × concurrency. The verify's and the draft's shares of s_C are not separable from throughput (both grow by
 one forward per draft); o is fitted only when at least two step counts are measured and no profile shapes the
 step, else it is 0.
 
@@ -100,9 +100,9 @@ METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_
 
 PARAM_COLUMNS = ["source", "parameter", "workload", "concurrency", "position", "value", "note"]
 PREDICTION_COLUMNS = ["source", "workload", "concurrency", "steps", "setting", "measured", "tokens_per_verify",
-                      "committed_per_verify", "step_cost", "predicted_speedup", "predicted_aggregate_tok_s", "predicted_per_request_tok_s",
-                      "stated_error_pct", "profile_error_pct", "measured_aggregate_tok_s", "measured_aggregate_ci_low",
-                      "measured_aggregate_ci_high", "note"]
+                      "committed_per_verify", "step_cost", "predicted_speedup", "predicted_aggregate_tok_s",
+                      "predicted_per_request_tok_s", "stated_error_pct", "profile_error_pct",
+                      "measured_aggregate_tok_s", "measured_aggregate_ci_low", "measured_aggregate_ci_high", "note"]
 VALIDATION_COLUMNS = ["source", "left_out", "steps", "workload", "concurrency", "measured_aggregate_tok_s",
                       "predicted_aggregate_tok_s", "aggregate_error_pct", "measured_per_request_tok_s",
                       "predicted_per_request_tok_s", "per_request_error_pct", "within_goal"]
@@ -118,9 +118,9 @@ def expected_tokens(alphas: Sequence[float], steps: int) -> float:
 
 
 def verifies_to_commit(alphas: Sequence[float], steps: int, max_tokens: int) -> np.ndarray:
-    """V(n) for n = 0..max_tokens: the expected verifies a request needs to commit n tokens with k drafts, a renewal
-    count over the tokens x one verify commits (P(x > j) = α_1·…·α_j): V(n) = 1 + Σ_x P(x)·V(n − x), V(≤ 0) = 0.
-    Its last verify commits only what the length has left."""
+    """V(n) for n = 0..max_tokens: the expected verifies a request needs to commit n tokens with k drafts, a
+    renewal count over the tokens x one verify commits (P(x > j) = α_1·…·α_j): V(n) = 1 + Σ_x P(x)·V(n − x),
+    V(≤ 0) = 0. Its last verify commits only what the length has left."""
     if steps == 0:
         return np.arange(max_tokens + 1, dtype="float64")
     alphas = list(alphas) + [alphas[-1]] * max(0, steps - len(alphas))
