@@ -110,12 +110,16 @@ VALIDATION_COLUMNS = ["source", "left_out", "steps", "workload", "concurrency", 
 
 
 # ---- the model --------------------------------------------------------------------------------------------------
+def _reach(alphas: Sequence[float], steps: int) -> np.ndarray:
+    """P(x > j), j = 0..k, for the tokens x one verify with k drafts commits: 1, α_1, α_1·α_2, ...; α past the
+    list reuses its last."""
+    alphas = list(alphas[:steps]) + [alphas[-1]] * max(0, steps - len(alphas)) if steps else []
+    return np.concatenate([[1.0], np.cumprod(alphas)])
+
+
 def expected_tokens(alphas: Sequence[float], steps: int) -> float:
     """E_k: tokens one verify commits with k drafts (the bonus token included); α past the list reuses its last."""
-    if steps == 0:
-        return 1.0
-    alphas = list(alphas) + [alphas[-1]] * max(0, steps - len(alphas))
-    return float(1 + np.cumprod(alphas[:steps]).sum())
+    return float(_reach(alphas, steps).sum())
 
 
 def verifies_to_commit(alphas: Sequence[float], steps: int, max_tokens: int) -> np.ndarray:
@@ -124,8 +128,7 @@ def verifies_to_commit(alphas: Sequence[float], steps: int, max_tokens: int) -> 
     V(≤ 0) = 0. Its last verify commits only what the length has left."""
     if steps == 0:
         return np.arange(max_tokens + 1, dtype="float64")
-    alphas = list(alphas) + [alphas[-1]] * max(0, steps - len(alphas))
-    reach = np.concatenate([[1.0], np.cumprod(alphas[:steps])])  # P(x > j), j = 0..k
+    reach = _reach(alphas, steps)
     pmf = reach - np.append(reach[1:], 0.0)  # P(x = j + 1)
     verifies = np.zeros(max_tokens + 1)
     for n in range(1, max_tokens + 1):
@@ -382,13 +385,12 @@ def _committed(cell: pd.DataFrame, concurrency: int, rows_per_forward: float,
     """(E', gap) of one measured cell (committed_per_verify), from its valid histograms (one verify per count) and
     output_tokens, the rows its decode forwards verified (forward_time) and the baseline's lengths: its
     tokens per decode forward, C·L̄ ÷ (V̄ + g), ÷ the baseline's, C·L̄_0 ÷ (L̄_0 + g), with the gap
-    g = V̄·(C ÷ rows − 1) forwards per request (0 without the rows). The histograms' E (NaN gap) where the records
-    lack output_tokens or the baseline's lengths are unknown."""
-    histograms = np.stack(cell["histogram"].to_numpy())
-    verifies = histograms.sum(axis=1)
+    g = V̄·(C ÷ rows − 1) forwards per request (0 without the rows). (NaN, NaN) where the records lack
+    output_tokens or the baseline's lengths are unknown."""
     lengths = cell["output_tokens"].to_numpy(dtype="float64") - 1
     if base_lengths is None or not len(base_lengths) or not np.isfinite(lengths).all():
-        return float(1 + (histograms @ np.arange(histograms.shape[1])).sum() / verifies.sum()), float("nan")
+        return float("nan"), float("nan")
+    verifies = np.stack(cell["histogram"].to_numpy()).sum(axis=1)
     mean_v, mean_l, mean_base = verifies.mean(), lengths.mean(), base_lengths.mean()
     gap = max(mean_v * (concurrency / rows_per_forward - 1), 0.0) if np.isfinite(rows_per_forward) else 0.0
     return float(mean_l / (mean_v + gap) * (mean_base + gap) / mean_base), gap
@@ -421,10 +423,12 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
     lengths = lengths or {}
     groups = dict(list(valid.groupby(["setting", "workload", "concurrency"])))
     committed = [_committed(groups[(s, w, c)], c, rows, lengths.get((w, c))) if (s, w, c) in groups
-                 else (1.0 if k == 0 else np.nan, np.nan)
-                 for s, w, c, k, rows in cells[["setting", "workload", "concurrency", "steps",
-                                                "rows_per_forward"]].itertuples(index=False)]
+                 else (np.nan, np.nan)
+                 for s, w, c, rows in cells[["setting", "workload", "concurrency",
+                                             "rows_per_forward"]].itertuples(index=False)]
+    # without lengths (or for the baseline, E = 1), the histograms' E
     cells["committed_per_verify"] = [e for e, _ in committed]
+    cells["committed_per_verify"] = cells["committed_per_verify"].fillna(cells["tokens_per_verify"])
     cells["gap"] = [g for _, g in committed]
     algorithms = {str(cfg.settings[s].get("speculative_algorithm", "")).upper() for s in family}
     if profile is not None and algorithms != {"STANDALONE"}:
