@@ -1,0 +1,71 @@
+"""The race rule (analysis/decisions.py) on seeded synthetic rounds: a round drift every setting shares, and a
+per-setting noise of sd 1% on top, as paired rounds on a shared machine look."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from workflow_scripts.analysis.decisions import EQUIVALENT, UNDECIDED, WINNER, RaceRule, judge, race
+
+METRICS = ("aggregate_tok_s", "per_request_tok_s")
+
+
+def rounds(factors: dict[str, float], n: int, seed: int, noise: float = 0.01) -> dict[str, dict]:
+    """metric -> member -> round -> value: each member's true factor x a shared drift x its own noise."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for metric in METRICS:
+        drift = rng.lognormal(0, 0.10, n)
+        out[metric] = {m: {r: 100 * f * drift[r] * rng.lognormal(0, noise) for r in range(n)}
+                       for m, f in factors.items()}
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_setting_20pct_behind_is_eliminated_by_round_3_or_4(seed):
+    data = rounds({"ctrl": 1.0, "ctrl_aa": 1.0, "fast": 1.05, "slow": 0.80}, 8, seed)
+    result = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=8)
+    assert result.eliminated.get("slow") in (2, 3, 4)
+    assert "fast" not in result.eliminated
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_settings_half_a_percent_apart_become_equivalent_under_a_3pct_margin(seed):
+    data = rounds({"ctrl": 1.0, "a": 1.20, "b": 1.195}, 6, seed, noise=0.005)
+    verdict = judge(data["aggregate_tok_s"], "ctrl", ["ctrl", "a", "b"], RaceRule(3.0, floor_pct=2.0))
+    assert verdict.decision == EQUIVALENT and {verdict.best, verdict.runner_up} == {"a", "b"}
+    assert "ctrl" in verdict.beaten  # 20% behind: beaten, still a survivor
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_4pct_lead_over_a_2pct_floor_is_a_winner(seed):
+    data = rounds({"ctrl": 1.0, "ctrl_aa": 1.0, "lead": 1.04}, 6, seed, noise=0.005)
+    result = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=6)
+    for verdict in result.verdicts.values():
+        assert verdict.decision == WINNER and verdict.best == "lead" and verdict.runner_up == "ctrl"
+        assert 2.0 < verdict.lead.diff_pct < 6.0 and verdict.lead.ci_low_pct > 0
+    assert result.decided
+
+
+def test_the_same_lead_inside_the_floor_is_not_a_winner():
+    data = rounds({"ctrl": 1.0, "lead": 1.04}, 6, 0, noise=0.005)
+    verdict = judge(data["aggregate_tok_s"], "ctrl", ["ctrl", "lead"], RaceRule(3.0, floor_pct=5.0))
+    assert verdict.decision == UNDECIDED and verdict.best == "lead"
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_control_and_its_twin_are_never_eliminated(seed):
+    data = rounds({"ctrl": 0.5, "ctrl_aa": 0.5, "a": 1.0, "b": 1.3}, 8, seed)
+    result = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=8)
+    assert "a" in result.eliminated
+    assert "ctrl" not in result.eliminated and "ctrl_aa" not in result.eliminated
+    assert all(v.best == "b" and v.decision == WINNER for v in result.verdicts.values())
+    assert result.eliminated_text() == f"a@{result.eliminated['a']}"
+
+
+def test_nothing_is_judged_from_one_round_and_the_margin_must_be_positive():
+    data = rounds({"ctrl": 1.0, "fast": 2.0}, 1, 0)
+    assert not race(data, "ctrl", None, RaceRule(4.0), start=1, upto=1).decided
+    with pytest.raises(ValueError, match="benchmark.equivalence_pct"):
+        RaceRule(0.0)

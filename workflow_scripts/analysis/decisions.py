@@ -1,0 +1,136 @@
+"""Racing: which settings of a cell are still worth measuring, and when a cell is decided.
+
+One rule serves the benchmark's round loop (which settings the next round measures) and the tables
+(tables/decisions.csv), so a design is judged by what it measured, never by a second reading of the data.
+The anchors are F-race / irace and successive elimination; every comparison is paired within rounds
+(analysis/paired.py), and one metric of one cell (workload x concurrency) is judged at a time:
+
+- the *best* is the survivor with the highest geometric-mean ratio against the control over the rounds so far;
+- another survivor is *beaten* when the best's lead over it is real: the paired 95% CI of best / other lies wholly
+  above 0 and the lead exceeds the A/A noise floor (the test `verdict` applies to every improvement);
+- it is *equivalent* to the best when a TOST at 5% per side shows the tie: the paired 90% CI lies wholly inside
+  +-`equivalence_pct` (a margin below the noise floor could only be shown by luck, hence the default of 4%);
+- a metric is *decided* once every other survivor is beaten (`winner`) or beaten or equivalent, at least one
+  equivalent (`equivalent`); otherwise it is `undecided`.
+
+A setting beaten on both metrics at a round boundary is *eliminated* from the cell: the rounds from then on do not
+measure it, and it keeps the rounds it has. The control and its A/A twin are never eliminated: they carry the floor,
+and the twin is never a contender (it is the control again). A cell whose metrics are all decided gets no more
+rounds. The rule starts after `repeats` rounds; before that nothing is judged.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from workflow_scripts.analysis.paired import NO_PAIRS, Paired, paired_ratio
+
+WINNER, EQUIVALENT, UNDECIDED = "winner", "equivalent", "undecided"
+TOST_CI = 0.90  # two one-sided tests at 5% each
+DECISION_COLUMNS = ["workload", "concurrency", "metric", "decision", "best", "runner_up", "lead_pct", "ci_low_pct",
+                    "ci_high_pct", "rounds", "eliminated"]
+
+# one metric of one cell: member -> round -> value
+Series = dict[str, dict[int, float]]
+
+
+@dataclass(frozen=True)
+class RaceRule:
+    """The margins of the race: the equivalence margin and the A/A noise floor (NaN: the CI alone decides)."""
+
+    equivalence_pct: float
+    floor_pct: float = math.nan
+
+    def __post_init__(self) -> None:
+        if not self.equivalence_pct > 0:
+            raise ValueError(f"benchmark.equivalence_pct: must be > 0, got {self.equivalence_pct}")
+
+    def beaten(self, lead: Paired) -> bool:
+        """The best's lead over another setting (best / other, paired) is real: CI above 0, beyond the floor."""
+        return (math.isfinite(lead.ci_low_pct) and lead.ci_low_pct > 0
+                and (not math.isfinite(self.floor_pct) or lead.diff_pct > self.floor_pct))
+
+    def equivalent(self, tost: Paired) -> bool:
+        """TOST: the 90% paired CI lies wholly inside +-equivalence_pct."""
+        return (math.isfinite(tost.ci_low_pct) and math.isfinite(tost.ci_high_pct)
+                and -self.equivalence_pct < tost.ci_low_pct and tost.ci_high_pct < self.equivalence_pct)
+
+
+def pair(series: Series, base: str, cand: str, before: int | None = None, ci: float = 0.95) -> Paired:
+    """cand / base over the rounds both have (before round `before`, when given)."""
+    rounds = sorted(r for r in series.get(base, {}).keys() & series.get(cand, {}).keys()
+                    if before is None or r < before)
+    if not rounds:
+        return NO_PAIRS
+    return paired_ratio(np.array([series[base][r] for r in rounds]), np.array([series[cand][r] for r in rounds]),
+                        ci=ci)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One metric of one cell: the decision, the best and runner-up survivors, and the best's lead over the latter."""
+
+    decision: str
+    best: str | None
+    runner_up: str | None
+    lead: Paired
+    beaten: frozenset[str]
+
+
+def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, before: int | None = None) -> Verdict:
+    """The verdict of one metric over the survivors (the control among them), from the rounds before `before`."""
+    def score(member: str) -> float:
+        diff = 0.0 if member == control else pair(series, control, member, before).diff_pct
+        return diff if math.isfinite(diff) else -math.inf
+
+    ranked = sorted(survivors, key=lambda m: (-score(m), m))
+    if not ranked or not math.isfinite(score(ranked[0])):
+        return Verdict(UNDECIDED, None, None, NO_PAIRS, frozenset())
+    best, others = ranked[0], ranked[1:]
+    leads = {o: pair(series, o, best, before) for o in others}
+    beaten = frozenset(o for o in others if rule.beaten(leads[o]))
+    tied = [o for o in others if o not in beaten and rule.equivalent(pair(series, o, best, before, TOST_CI))]
+    if len(beaten) + len(tied) < len(others) or any(leads[o].rounds < 2 for o in others):
+        decision = UNDECIDED
+    else:
+        decision = EQUIVALENT if tied else WINNER
+    runner = others[0] if others else None
+    return Verdict(decision, best, runner, leads[runner] if runner else NO_PAIRS, beaten)
+
+
+@dataclass
+class Race:
+    """A cell's race so far: who was eliminated at which round, and the verdict per metric."""
+
+    eliminated: dict[str, int] = field(default_factory=dict)  # member -> first round it was not measured in
+    verdicts: dict[str, Verdict] = field(default_factory=dict)
+
+    @property
+    def decided(self) -> bool:
+        return bool(self.verdicts) and all(v.decision != UNDECIDED for v in self.verdicts.values())
+
+    def eliminated_text(self) -> str:
+        """`setting@round;...` in the order they went."""
+        return ";".join(f"{m}@{r}" for m, r in sorted(self.eliminated.items(), key=lambda kv: (kv[1], kv[0])))
+
+
+def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceRule, start: int,
+         upto: int) -> Race:
+    """Replay the race of one cell: at each round boundary r in [start, upto) (judged on the rounds before r),
+    eliminate what is beaten on every metric; the verdicts are those on the rounds before `upto`, over the final
+    survivors.
+    Deterministic in the data, so a resumed benchmark job and the tables reach the same eliminations."""
+    members = sorted({m for series in metrics.values() for m in series} - {twin})
+    out = Race()
+    for boundary in range(max(start, 2), upto):
+        survivors = [m for m in members if m not in out.eliminated]
+        verdicts = [judge(series, control, survivors, rule, boundary) for series in metrics.values()]
+        for m in survivors:
+            if m != control and all(m in v.beaten for v in verdicts):
+                out.eliminated[m] = boundary
+    survivors = [m for m in members if m not in out.eliminated]
+    out.verdicts = {metric: judge(series, control, survivors, rule, upto) for metric, series in metrics.items()}
+    return out
