@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
+from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, launch_order, seeded_order
 
 
 def test_orders_are_seeded_and_blocks_alternate():
@@ -58,3 +58,29 @@ def test_precision_is_unknown_until_both_sides_have_rounds(missing):
     for r in range(3):
         ledger.add("k", other, r, {"aggregate_tok_s": 1.0, "per_request_tok_s": 1.0})
     assert ledger.half_width_pct("k") == float("inf")
+
+
+def test_launch_order_follows_the_seed_and_the_round():
+    members = ["baseline", "baseline_aa", "steps1", "steps2", "steps3", "ngram"]
+    orders = {seed: launch_order(members, seed, "cohort-1") for seed in range(8)}
+    assert orders[0] == launch_order(members, 0, "cohort-1")  # reproducible
+    assert len(set(map(tuple, orders.values()))) > 4  # two cohorts with different seeds record different orders
+    firsts = {order[0] for order in orders.values()}
+    assert len(firsts) > 2  # the control is not always the first to start
+    assert launch_order(members, 0, "cohort-1", 1) != launch_order(members, 0, "cohort-1", 2)  # per round
+
+
+def test_racing_stops_measuring_a_setting_beaten_on_both_metrics_but_never_the_control():
+    members = ["ctrl", "ctrl_aa", "fast", "slow"]
+    ledger = Ledger("ctrl", {"k": members})
+    factors = {"ctrl": 1.0, "ctrl_aa": 1.0, "fast": 1.3, "slow": 0.7}
+    for r, drift in enumerate([1.0, 0.9, 1.1]):
+        for m, f in factors.items():
+            jitter = 1 + 0.003 * ((r + len(m)) % 3 - 1)
+            ledger.add("k", m, r, {"aggregate_tok_s": 100 * f * drift * jitter, "per_request_tok_s": 10 * f * drift})
+    planner = Planner(RoundPolicy(2, 6, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
+    assert planner.needs_round("k", 2) or ledger.eliminated["k"]
+    assert ledger.eliminated["k"] == {"slow": 2}
+    assert ledger.due("k", 1) == members and ledger.due("k", 2) == ["ctrl", "ctrl_aa", "fast"]
+    assert ledger.complete_rounds("k") == [0, 1, 2]  # round 2 did not need `slow`
+    assert not planner.needs_round("k", 3)  # `fast` leads the control by 30% on both metrics: decided

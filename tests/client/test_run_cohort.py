@@ -18,6 +18,7 @@ import yaml
 from snakemake.utils import validate
 
 from workflow_scripts.client.cohorts import cohort_plan, plan_cohorts
+from workflow_scripts.client.rounds import launch_order
 from workflow_scripts.client.run_cohort import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,6 +88,13 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
         assert 0 < window["specstudy:decode_forwards_total"] <= server["specstudy:decode_forwards_total"]
     meta = json.loads((tmp_path / "out.json").read_text())
     assert meta["schedule"] == "sliced" and meta["cells"][0]["rounds"] == 2 and meta["mem_bandwidth_gbs"] > 0
+    # the servers started in the order shuffled from benchmark.seed, which the meta records, as it does each sliced
+    # cell's turn order
+    assert meta["allocation"] == "racing" and meta["seed"] == plan["seed"]
+    assert meta["launch_order"] == {"0": launch_order(["baseline", "baseline_aa"], plan["seed"], plan["id"])}
+    warmed = re.findall(r"server (\S+) warmed up", done.stderr)  # each server is warmed right after its start
+    assert warmed == meta["launch_order"]["0"] and len(meta["turn_order"]) == 2
+    assert all(sorted(order) == ["baseline", "baseline_aa"] for order in meta["turn_order"].values())
     # auto on the embedded engine: both members' cells of a round ran at once, each server in its turns, and
     # their records are on their server's running clock: a span of each cell shorter than the wall time it took
     for _, cell in records.groupby(["setting", "repeat"]):
@@ -204,5 +212,8 @@ def test_fresh_servers_each_round_when_asked(smoke_pair, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     assert len(re.findall(r"started server pid \d+", done.stderr)) == 2 * 2  # 2 members x 2 rounds
     assert "warmed up" not in done.stderr  # benchmark.server_warmup: false
+    meta = json.loads((tmp_path / "out.json").read_text())
+    assert meta["launch_order"] == {str(r): launch_order(["baseline", "baseline_aa"], plan["seed"], plan["id"], r)
+                                    for r in range(2)}
     again = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "started server" not in again.stderr  # every cell cached: no server at all

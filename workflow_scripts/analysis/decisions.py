@@ -112,25 +112,25 @@ class Race:
     def decided(self) -> bool:
         return bool(self.verdicts) and all(v.decision != UNDECIDED for v in self.verdicts.values())
 
-    def eliminated_text(self) -> str:
-        """`setting@round;...` in the order they went."""
-        return ";".join(f"{m}@{r}" for m, r in sorted(self.eliminated.items(), key=lambda kv: (kv[1], kv[0])))
+    def eliminated_text(self, before: int) -> str:
+        """`setting@round;...` in the order they went, of the eliminations before round `before`."""
+        gone = sorted((r, m) for m, r in self.eliminated.items() if r < before)
+        return ";".join(f"{m}@{r}" for r, m in gone)
 
 
 def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceRule, start: int,
          upto: int) -> Race:
-    """Replay the race of one cell: at each round boundary r in [start, upto) (judged on the rounds before r),
-    eliminate what is beaten on every metric; the verdicts are those on the rounds before `upto`, over the final
-    survivors.
-    Deterministic in the data, so a resumed benchmark job and the tables reach the same eliminations."""
+    """Replay the race of one cell: at each round boundary r in [start, upto], judged on the rounds before r,
+    eliminate what is beaten on every metric from round r on; the verdicts are those at `upto`, before its own
+    eliminations. Deterministic in the data, so a resumed benchmark job and the tables reach the same ones."""
     members = sorted({m for series in metrics.values() for m in series} - {twin})
     out = Race()
-    for boundary in range(max(start, 2), upto):
+    for boundary in range(min(max(start, 2), upto), upto + 1):
         survivors = [m for m in members if m not in out.eliminated]
-        verdicts = [judge(series, control, survivors, rule, boundary) for series in metrics.values()]
+        verdicts = {metric: judge(series, control, survivors, rule, boundary) for metric, series in metrics.items()}
+        if boundary == upto:
+            out.verdicts = verdicts
         for m in survivors:
-            if m != control and all(m in v.beaten for v in verdicts):
+            if m != control and all(m in v.beaten for v in verdicts.values()):
                 out.eliminated[m] = boundary
-    survivors = [m for m in members if m not in out.eliminated]
-    out.verdicts = {metric: judge(series, control, survivors, rule, upto) for metric, series in metrics.items()}
     return out

@@ -11,10 +11,17 @@
 - sequential: each member's server measures all its rounds, one member after another (the design the study had
   before; kept to show what it costs, and for a single-server comparison).
 
-Rounds repeat until the precision target: after `repeats` rounds (the minimum), a cell gets another round only
-while the widest paired CI of its comparisons (every member against the control, both throughput metrics) is
-wider than +-`precision_pct`, up to `max_repeats`. A time budget, when set, stops new rounds once spent (the
-first round always runs, so every cell has data).
+After `repeats` rounds (the minimum), up to `max_repeats`, the allocation says what a round measures:
+- racing (analysis/decisions.py): a round measures only the members still in the cell's race (a member beaten for
+  real on both metrics is eliminated; the control and its twin never are), a decided cell gets no more rounds, and
+  the cells of a round go widest CI first, so a time budget that runs out cuts the cells nearest a decision;
+- even: every member in every round while the widest paired CI of the cell's comparisons (every member against
+  the control, both throughput metrics) is wider than +-`precision_pct`.
+A time budget, when set, stops new rounds once spent (the first round always runs, so every cell has data).
+
+Launch and turn order: the members' servers start in an order shuffled from `benchmark.seed` per cohort (per round
+when servers restart each round), and a sliced cell's turns follow an order shuffled per cell and round, so no
+member is always first to start or first to run (an A/A twin that always started second ran faster).
 """
 
 from __future__ import annotations
@@ -25,7 +32,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from workflow_scripts.analysis.paired import paired_ratio
+from workflow_scripts.analysis.decisions import Race, RaceRule, Series, pair, race
+from workflow_scripts.analysis.paired import noise_floor_pct
+from workflow_scripts.client.cohorts import twin_name
 
 METRICS = ("aggregate_tok_s", "per_request_tok_s")
 
@@ -35,6 +44,12 @@ def seeded_order(items: list[str], *seed: object) -> list[str]:
     out = sorted(items)
     random.Random("/".join(map(str, seed))).shuffle(out)
     return out
+
+
+def launch_order(members: list[str], seed: int, cohort: str, round_: int | None = None) -> list[str]:
+    """The order in which a cohort's servers start: shuffled from the study seed per cohort (and per round when the
+    servers restart each round), recorded in the cohort's meta."""
+    return seeded_order(members, "launch", seed, cohort, *(() if round_ is None else (round_,)))
 
 
 def block_order(members: list[str], round_: int) -> list[str]:
@@ -48,12 +63,15 @@ class RoundPolicy:
     max_repeats: int
     precision_pct: float
     time_budget_s: float | None = None
+    allocation: str = "even"
+    equivalence_pct: float = 4.0
 
     @classmethod
     def from_plan(cls, rounds: dict) -> RoundPolicy:
         budget = rounds.get("time_budget_min")
         return cls(rounds["repeats"], rounds["max_repeats"], rounds["precision_pct"],
-                   None if budget is None else budget * 60)
+                   None if budget is None else budget * 60, rounds.get("allocation", "even"),
+                   rounds.get("equivalence_pct", 4.0))
 
 
 @dataclass
@@ -63,6 +81,8 @@ class Ledger:
     control: str
     members_of: dict[str, list[str]]  # cell key -> members that measure it (the control among them)
     values: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
+    # cell key -> member -> the first round it is no longer measured in (racing)
+    eliminated: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def add(self, cell: str, member: str, round_: int, metrics: dict[str, float]) -> None:
         self.values[(cell, member, round_)] = metrics
@@ -70,47 +90,98 @@ class Ledger:
     def done(self, cell: str, member: str, round_: int) -> bool:
         return (cell, member, round_) in self.values
 
+    @property
+    def twin(self) -> str | None:
+        twin = twin_name(self.control)
+        return twin if any(twin in members for members in self.members_of.values()) else None
+
+    def due(self, cell: str, round_: int) -> list[str]:
+        """The members a round of the cell measures: all but those eliminated by then."""
+        out = self.eliminated.get(cell, {})
+        return [m for m in self.members_of[cell] if m not in out or round_ < out[m]]
+
     def complete_rounds(self, cell: str) -> list[int]:
-        """Rounds of the cell in which every member was measured."""
+        """Rounds of the cell in which every member due in it was measured."""
         by_round: dict[int, set[str]] = defaultdict(set)
         for (k, member, r) in self.values:
             if k == cell:
                 by_round[r].add(member)
-        return sorted(r for r, got in by_round.items() if got >= set(self.members_of[cell]))
+        return sorted(r for r, got in by_round.items() if got >= set(self.due(cell, r)))
+
+    def series(self, cell: str, metric: str) -> Series:
+        """member -> round -> value of one metric of the cell."""
+        out: Series = defaultdict(dict)
+        for (k, member, r), metrics in self.values.items():
+            if k == cell:
+                out[member][r] = metrics[metric]
+        return dict(out)
 
     def half_width_pct(self, cell: str, before_round: int | None = None) -> float:
-        """The widest paired-CI half-width (percent) of the cell's comparisons; inf when not yet computable."""
-        rounds = [r for r in self.complete_rounds(cell) if before_round is None or r < before_round]
+        """The widest paired-CI half-width (percent) of the comparisons of the members still measured against the
+        control, paired on the rounds both have; inf when not yet computable."""
         widest = 0.0
-        for member in self.members_of[cell]:
-            if member == self.control:
-                continue
-            for metric in METRICS:
-                ctrl = [self.values[(cell, self.control, r)][metric] for r in rounds]
-                cand = [self.values[(cell, member, r)][metric] for r in rounds]
-                half = paired_ratio(ctrl, cand).half_width_pct
+        for metric in METRICS:
+            series = self.series(cell, metric)
+            for member in self.due(cell, before_round if before_round is not None else 1 << 30):
+                if member == self.control:
+                    continue
+                half = pair(series, self.control, member, before_round).half_width_pct
                 widest = max(widest, half if math.isfinite(half) else math.inf)
         return widest
+
+    def floor_pct(self, before_round: int) -> float:
+        """The A/A noise floor so far: 95th percentile of |twin / control - 1| over the cells x metrics with two
+        rounds or more; NaN without a twin (the CI alone then decides)."""
+        if self.twin is None:
+            return math.nan
+        diffs = [p.diff_pct for cell in self.members_of for metric in METRICS
+                 if (p := pair(self.series(cell, metric), self.control, self.twin, before_round)).rounds >= 2]
+        return noise_floor_pct(diffs)
 
 
 @dataclass
 class Planner:
-    """Decides, round by round, which cells still need measuring, and watches the time budget."""
+    """Decides, round by round, which cells and members still need measuring, and watches the time budget."""
 
     policy: RoundPolicy
     ledger: Ledger
     started: float = field(default_factory=time.monotonic)
     budget_hit: bool = False
 
+    @property
+    def racing(self) -> bool:
+        return self.policy.allocation == "racing"
+
+    def race(self, cell: str, round_: int) -> Race:
+        """The cell's race judged on the rounds before `round_`; its eliminations set what the round measures."""
+        rule = RaceRule(self.policy.equivalence_pct, self.ledger.floor_pct(round_))
+        metrics = {metric: self.ledger.series(cell, metric) for metric in METRICS}
+        result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_)
+        self.ledger.eliminated[cell] = dict(result.eliminated)
+        return result
+
     def needs_round(self, cell: str, round_: int) -> bool:
         if round_ < self.policy.repeats:
             return True
         if round_ >= self.policy.max_repeats:
             return False
+        if self.racing:
+            return not self.race(cell, round_).decided
         return self.ledger.half_width_pct(cell, before_round=round_) > self.policy.precision_pct
 
     def active(self, round_: int, cells: list[str]) -> list[str]:
-        return [cell for cell in cells if self.needs_round(cell, round_)]
+        """The cells the round measures; racing: widest CI first, so the budget goes where a decision is furthest."""
+        active = [cell for cell in cells if self.needs_round(cell, round_)]
+        if self.racing and round_ >= self.policy.repeats:
+            active.sort(key=lambda cell: -self.ledger.half_width_pct(cell, before_round=round_))
+        return active
+
+    def cell_order(self, round_: int, active: list[str], cohort: str) -> list[str]:
+        """The order a round measures its cells in: racing's widest CI first after the minimum rounds, else a
+        seeded shuffle."""
+        if self.racing and round_ >= self.policy.repeats:
+            return active
+        return seeded_order(active, cohort, round_)
 
     def over_budget(self, round_: int) -> bool:
         """True once the budget is spent; round 0 always runs. Remembered for the report."""

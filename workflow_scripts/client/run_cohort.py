@@ -42,7 +42,7 @@ from workflow_scripts.client.cell import CellPlan, CellResult, run_cell_async, s
 from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
-from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, seeded_order
+from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, launch_order, seeded_order
 from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
 from workflow_scripts.client.slicing import run_share, run_together, to_running_clock
 from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
@@ -137,6 +137,10 @@ class Cohort:
         self.prompts = {name: build_prompts(cell["spec"], models.target)
                         for name, cell in {c["workload"]: c for c in plan["cells"]}.items()}
         self.seconds: dict[str, float] = {name: 0.0 for name in plan["members"]}
+        self.seed = plan["seed"]
+        # what the meta records of the orders: round -> servers' launch order; "cell/round" -> sliced turn order
+        self.launches: dict[int, list[str]] = {}
+        self.turns: dict[str, list[str]] = {}
         self.progress: tqdm | None = None
 
     # --- cache -------------------------------------------------------------------------------------------------
@@ -181,7 +185,8 @@ class Cohort:
         measures the whole round of the cell again."""
         self.check_supervisor()
         spec = self.cells[cell]
-        order = seeded_order(list(lives), self.id, cell, round_)
+        order = seeded_order(list(lives), "turns", self.seed, self.id, cell, round_)
+        self.turns[f"{cell}/{round_}"] = order
         plans = {m: self.cell_plan(lives[m], spec, spec["warmup"], spec["measured"], round_,
                                    metrics=lives[m].spec.enable_metrics) for m in order}
         groups = {m: lives[m].process.proc.pid for m in order}  # each server leads its own process group
@@ -297,7 +302,7 @@ class Cohort:
     def round_cells(self, round_: int) -> list[str]:
         """The cells that get this round (the precision rule), the progress bar stretched to their measurements."""
         active = self.planner.active(round_, list(self.cells))
-        todo = sum(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c])
+        todo = sum(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.due(c, round_))
         if self.progress is not None and todo:
             self.progress.total = max(self.progress.total or 0, self.progress.n + todo)
             self.progress.refresh()
@@ -306,8 +311,7 @@ class Cohort:
     def run_interleaved(self) -> None:
         if not self.pending():
             return
-        names = list(self.plan["members"])
-        gpus = gpu_slices(self.plan, names) if self.plan["engine"] == "sglang" else {}
+        gpus = gpu_slices(self.plan, list(self.plan["members"])) if self.plan["engine"] == "sglang" else {}
         with ExitStack() as held:
             servers: dict[str, Live] = {}
             for round_ in range(self.planner.policy.max_repeats):
@@ -318,11 +322,14 @@ class Cohort:
                     # a fresh server per member per round: what an instance contributes (memory placement, its
                     # own warm-up) becomes round-to-round noise the paired CI sees, not a fixed offset
                     held.close()
+                    names = launch_order(list(self.plan["members"]), self.seed, self.id,
+                                         round_ if self.plan["restart_each_round"] else None)
+                    self.launches[round_] = names
                     servers = {name: held.enter_context(self.warm_server(name, gpus.get(name))) for name in names}
-                for cell in seeded_order(active, self.id, round_):
+                for cell in self.planner.cell_order(round_, active, self.id):
                     if self.planner.over_budget(round_):
                         return
-                    todo = [m for m in seeded_order(self.ledger.members_of[cell], self.id, cell, round_)
+                    todo = [m for m in seeded_order(self.ledger.due(cell, round_), self.id, cell, round_)
                             if not self.ledger.done(cell, m, round_)]
                     if self.schedule == "sliced" and todo:
                         self.measure_sliced({m: servers[m] for m in todo}, cell, round_)
@@ -331,7 +338,7 @@ class Cohort:
                         self.measure(servers[member], cell, member, round_)
 
     def round_pending(self, round_: int, active: list[str]) -> bool:
-        return any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.members_of[c])
+        return any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.due(c, round_))
 
     def run_blocked(self) -> None:
         names = sorted(self.plan["members"])
@@ -341,7 +348,7 @@ class Cohort:
                 return
             for member in block_order(names, round_):
                 todo = [c for c in seeded_order(active, self.id, round_)
-                        if member in self.ledger.members_of[c] and not self.ledger.done(c, member, round_)]
+                        if member in self.ledger.due(c, round_) and not self.ledger.done(c, member, round_)]
                 if todo:
                     with self.warm_server(member) as live:
                         for cell in todo:
@@ -391,11 +398,14 @@ class Cohort:
             cells.append({"workload": spec["workload"], "concurrency": spec["concurrency"],
                           "rounds": len(self.ledger.complete_rounds(key)),
                           "half_width_pct": half if half != float("inf") else None,
-                          "precision_met": half <= policy.precision_pct})
+                          "precision_met": half <= policy.precision_pct,
+                          "eliminated": self.ledger.eliminated.get(key, {})})
         return {"cohort": self.id, "control": self.control, "members": list(self.plan["members"]),
                 "schedule": schedule, "schedule_configured": self.plan["schedule"],
                 "precision_pct": policy.precision_pct, "repeats": policy.repeats, "max_repeats": policy.max_repeats,
                 "time_budget_min": self.plan["rounds"]["time_budget_min"], "budget_hit": self.planner.budget_hit,
+                "allocation": policy.allocation, "equivalence_pct": policy.equivalence_pct, "seed": self.seed,
+                "launch_order": {str(r): names for r, names in self.launches.items()}, "turn_order": self.turns,
                 "measuring_s": measuring_s, "member_s": self.seconds, "mem_bandwidth_gbs": bandwidth,
                 "cells": cells}
 
