@@ -28,13 +28,14 @@ def _cfg(**analysis) -> StudyConfig:
     })
 
 
-def _recommend(rows, cfg):
+def _recommend(rows, cfg, equivalence_pct=math.nan, floor_pct=math.nan):
     df = add_request_metrics(frame(rows))
     cells = cell_table(df)
     scores = score_table(df, cells, cfg)
     external = pd.DataFrame(columns=["source", "setting", "workload", "concurrency", "per_request_tok_s",
                                      "aggregate_tok_s"])
-    improvement = improvements(improvement_values(cells, external), cfg.comparisons(), math.nan)
+    improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct,
+                               equivalence_pct)
     return recommend(scores, cfg, improvement), scores
 
 
@@ -80,6 +81,23 @@ def test_tie_within_tolerance_goes_to_fewer_steps_and_errored_is_never_recommend
     assert "steps3 (errored)" in pick["excluded"]
     # with no tolerance the faster one wins
     rec, _ = _recommend(rows, _cfg(tie_tolerance=0.0))
+    assert _pick(rec)["recommended"] == "steps2"
+
+
+def test_among_settings_shown_equivalent_fewer_steps_wins_and_the_note_says_so():
+    rows = []
+    for r, drift in enumerate([1.0, 0.9, 1.1, 1.05]):
+        rows += (cell("baseline", "synthetic", 1, r, n=6, tok_s=100.0 * drift)
+                 + cell("steps1", "synthetic", 1, r, n=6, tok_s=130.0 * drift * (1 + 0.002 * (r % 2)))
+                 + cell("steps2", "synthetic", 1, r, n=6, tok_s=131.0 * drift))
+    # steps2 scores 0.7% above steps1: beyond a 0.5% tie tolerance, inside a 2% noise floor and the default 4%
+    # equivalence margin
+    cfg = _cfg(tie_tolerance=0.005)
+    rec, _ = _recommend(rows, cfg, equivalence_pct=cfg.equivalence_pct, floor_pct=2.0)
+    pick = _pick(rec)
+    assert pick["recommended"] == "steps1" and pick["tied_with"] == "steps2" and pick["verdict"] == "real"
+    assert pick["note"].startswith("equivalent to steps2 (TOST within ±4%)")
+    rec, _ = _recommend(rows, cfg, floor_pct=2.0)  # no margin: no tie shown, the top wins
     assert _pick(rec)["recommended"] == "steps2"
 
 

@@ -25,11 +25,12 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+import pandas as pd
 
-from workflow_scripts.analysis.paired import NO_PAIRS, Paired, paired_ratio
+from workflow_scripts.analysis.improvement import METRICS
+from workflow_scripts.analysis.paired import EQUIVALENT, NO_PAIRS, TOST_CI, Paired, equivalent, paired_ratio
 
-WINNER, EQUIVALENT, UNDECIDED = "winner", "equivalent", "undecided"
-TOST_CI = 0.90  # two one-sided tests at 5% each
+WINNER, UNDECIDED = "winner", "undecided"
 DECISION_COLUMNS = ["workload", "concurrency", "metric", "decision", "best", "runner_up", "lead_pct", "ci_low_pct",
                     "ci_high_pct", "rounds", "eliminated"]
 
@@ -55,8 +56,7 @@ class RaceRule:
 
     def equivalent(self, tost: Paired) -> bool:
         """TOST: the 90% paired CI lies wholly inside +-equivalence_pct."""
-        return (math.isfinite(tost.ci_low_pct) and math.isfinite(tost.ci_high_pct)
-                and -self.equivalence_pct < tost.ci_low_pct and tost.ci_high_pct < self.equivalence_pct)
+        return equivalent(tost, self.equivalence_pct)
 
 
 def pair(series: Series, base: str, cand: str, before: int | None = None, ci: float = 0.95) -> Paired:
@@ -134,3 +134,35 @@ def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceR
             if m != control and all(m in v.beaten for v in verdicts.values()):
                 out.eliminated[m] = boundary
     return out
+
+
+def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: RaceRule, start: int) -> pd.DataFrame:
+    """tables/decisions.csv: the race of every measured cell replayed on its rounds, one row per metric.
+
+    ``values`` has one row per setting and round (columns setting, workload, concurrency, cohort, repeat and the
+    metrics, as analysis/summarize.improvement_values gives). Rounds are counted over the cell's cohorts in order
+    (cohort, repeat), so a cell measured in two cohorts races over both."""
+    rows = []
+    metrics = list(METRICS)
+    for (workload, concurrency), cell in values.groupby(["workload", "concurrency"], sort=True):
+        keys = sorted(set(zip(cell["cohort"], cell["repeat"])))
+        index = {key: i for i, key in enumerate(keys)}
+        cell = cell.assign(round=[index[k] for k in zip(cell["cohort"], cell["repeat"])])
+        series = {metric: {setting: {int(r): float(v) for r, v in zip(g["round"], g[metric]) if np.isfinite(v)}
+                           for setting, g in cell.groupby("setting")} for metric in metrics}
+        result = race(series, control, twin, rule, start, len(keys))
+        for metric in metrics:
+            v = result.verdicts[metric]
+            rows.append({"workload": workload, "concurrency": int(concurrency), "metric": metric,
+                         "decision": v.decision, "best": v.best or "", "runner_up": v.runner_up or "",
+                         "lead_pct": v.lead.diff_pct, "ci_low_pct": v.lead.ci_low_pct,
+                         "ci_high_pct": v.lead.ci_high_pct, "rounds": len(keys),
+                         "eliminated": result.eliminated_text(len(keys))})
+    return pd.DataFrame(rows, columns=DECISION_COLUMNS)
+
+
+def twin_faster_share(aa: pd.DataFrame) -> float:
+    """The share of cells x metrics where the A/A twin ran faster than the control: about half when nothing but
+    noise separates them, near 0 or 1 when something systematic (launch order, turn position) does."""
+    diffs = aa["diff_pct"].dropna()
+    return float((diffs > 0).mean()) if len(diffs) else math.nan

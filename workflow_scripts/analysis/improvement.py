@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.external import load_external
-from workflow_scripts.analysis.paired import NO_DATA, REAL, paired_ratio, verdict
+from workflow_scripts.analysis.paired import EQUIVALENT, NO_DATA, REAL, TOST_CI, paired_ratio, verdict
 
 METRICS = {"per_request_tok_s": "per-request tok/s", "aggregate_tok_s": "aggregate tok/s"}
 IMPROVEMENT_COLUMNS = ["source", "kind", "baseline", "candidate", "workload", "concurrency", "metric",
@@ -27,8 +27,10 @@ IMPROVEMENT_COLUMNS = ["source", "kind", "baseline", "candidate", "workload", "c
 ROUND_KEYS = ["cohort", "repeat"]
 
 
-def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]], floor_pct: float) -> pd.DataFrame:
-    """Long table of paired improvements in percent, each with its verdict against the noise floor.
+def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]], floor_pct: float,
+                 equivalence_pct: float = math.nan) -> pd.DataFrame:
+    """Long table of paired improvements in percent, each with its verdict against the noise floor (and, with an
+    equivalence margin, `equivalent` where a TOST shows the tie).
 
     ``values`` holds one row per round (one row per cell for external sources) with columns
     ``source, setting, workload, concurrency, cohort, repeat`` and the METRICS; ``comparisons`` are
@@ -55,7 +57,7 @@ def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]], 
                     "within_noise": _includes_zero(paired.ci_low_pct, paired.ci_high_pct),
                     "n_baseline": int(np.isfinite(b).sum()), "n_candidate": int(np.isfinite(c).sum()),
                     "rounds": paired.rounds, "half_width_pct": paired.half_width_pct,
-                    "verdict": verdict(paired, floor_pct),
+                    "verdict": verdict(paired, floor_pct, paired_ratio(b, c, ci=TOST_CI), equivalence_pct),
                 })
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
 
@@ -96,10 +98,13 @@ def fmt_ci(pct: float, low: float, high: float) -> str:
 
 
 def fmt_improvement(row: pd.Series) -> str:
-    """Percent; with a paired CI (two rounds or more) the CI too, and '≈ noise' unless the verdict is real."""
+    """Percent; with a paired CI (two rounds or more) the CI too, '≡ equivalent' for a tie a TOST showed, and
+    '≈ noise' for the rest that is not real."""
     if row["verdict"] == NO_DATA:
         return "—"
     text = fmt_ci(row["improvement_pct"], row["ci_low_pct"], row["ci_high_pct"])
+    if row["verdict"] == EQUIVALENT:
+        return text + " ≡ equivalent"
     return text + " ≈ noise" if np.isfinite(row["ci_low_pct"]) and row["verdict"] != REAL else text
 
 

@@ -25,8 +25,9 @@ import numpy as np
 from scipy import stats
 
 CI_LEVEL = 0.95
+TOST_CI = 0.90  # an equivalence test: two one-sided tests at 5% each
 # verdicts of an improvement (the `verdict` column of tables/improvement.csv)
-REAL, WITHIN_NOISE, NO_DATA = "real", "within noise", "no data"
+REAL, EQUIVALENT, WITHIN_NOISE, NO_DATA = "real", "equivalent", "within noise", "no data"
 
 
 @dataclass(frozen=True)
@@ -73,8 +74,15 @@ def noise_floor_pct(aa_diffs_pct: np.ndarray) -> float:
     return float(np.percentile(values, 95)) if len(values) else math.nan
 
 
-def verdict(paired: Paired, floor_pct: float) -> str:
-    """`real` only when the paired CI excludes 0 and the effect is larger than the A/A noise floor.
+def equivalent(tost: Paired, margin_pct: float) -> bool:
+    """TOST: a tie is shown when the 90% paired CI (TOST_CI) lies wholly inside +-margin_pct; NaN margin: never."""
+    return (math.isfinite(tost.ci_low_pct) and math.isfinite(tost.ci_high_pct)
+            and -margin_pct < tost.ci_low_pct and tost.ci_high_pct < margin_pct)
+
+
+def verdict(paired: Paired, floor_pct: float, tost: Paired = NO_PAIRS, margin_pct: float = math.nan) -> str:
+    """`real` only when the paired CI excludes 0 and the effect is larger than the A/A noise floor; `equivalent`
+    when not real and the TOST CI (`tost`, the same pairs at TOST_CI) lies inside +-margin_pct; else within noise.
 
     Without an A/A floor (no twin measured) the CI alone decides; without a CI (one round) nothing is real."""
     if paired.rounds == 0 or not math.isfinite(paired.diff_pct):
@@ -83,4 +91,6 @@ def verdict(paired: Paired, floor_pct: float) -> str:
         return WITHIN_NOISE
     excludes_zero = paired.ci_low_pct > 0 or paired.ci_high_pct < 0
     beyond_floor = not math.isfinite(floor_pct) or abs(paired.diff_pct) > floor_pct
-    return REAL if excludes_zero and beyond_floor else WITHIN_NOISE
+    if excludes_zero and beyond_floor:
+        return REAL
+    return EQUIVALENT if equivalent(tost, margin_pct) else WITHIN_NOISE

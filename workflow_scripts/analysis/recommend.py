@@ -8,8 +8,12 @@ keeps the spread between concurrencies out of the MAD).
 Settings within ``tie_tolerance`` (relative) of the best score tie, and the tie goes to the fewest speculative
 steps (cheaper, and less to go wrong). A setting with any errored request in the band × workload is never
 recommended, nor is one without data there.
+Among settings shown *equivalent* (a TOST on their paired ratio within ±``benchmark.equivalence_pct``, at every
+concurrency of the band), the fewest speculative steps wins too, and the note says so: a tie shown is as good as
+one within the tolerance, and fewer steps cost less.
 The recommendation's ``verdict`` says whether the pick's paired improvement over the baseline is real (CI excludes
-0 and beyond the A/A noise floor) at every concurrency of the band; otherwise the pick is within noise of it.
+0 and beyond the A/A noise floor) at every concurrency of the band, or equivalent to it; otherwise the pick is
+within noise of it.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.analysis.paired import REAL, WITHIN_NOISE
+from workflow_scripts.analysis.paired import EQUIVALENT, REAL, WITHIN_NOISE
 from workflow_scripts.analysis.stats import robust_score
 from workflow_scripts.analysis.study_config import StudyConfig
 
@@ -67,14 +71,35 @@ def _mean(values: np.ndarray) -> float:
 
 def _verdict(improvement: pd.DataFrame, cfg: StudyConfig, pick: str, workload: str, metric: str,
              concs: list[int]) -> str:
-    """real when the pick beats the baseline, paired by round, beyond the noise at every concurrency of the band."""
+    """real when the pick beats the baseline, paired by round, beyond the noise at every concurrency of the band;
+    equivalent when a TOST shows it ties the baseline at every one."""
     if pick == cfg.baseline:
         return "baseline"
-    rows = improvement[(improvement["source"] == "measured") & (improvement["kind"] == "vs_baseline")
-                       & (improvement["candidate"] == pick) & (improvement["workload"] == workload)
-                       & (improvement["metric"] == metric) & improvement["concurrency"].isin(concs)]
+    rows = _between(improvement, cfg.baseline, pick, workload, metric, concs)
     real = (rows["verdict"] == REAL) & (rows["improvement_pct"] > 0)
-    return REAL if len(rows) and real.all() else WITHIN_NOISE
+    if len(rows) and real.all():
+        return REAL
+    return EQUIVALENT if len(rows) and (rows["verdict"] == EQUIVALENT).all() else WITHIN_NOISE
+
+
+def _between(improvement: pd.DataFrame, a: str, b: str, workload: str, metric: str, concs: list[int]) -> pd.DataFrame:
+    """The measured comparisons of a and b (either way round) in one band x workload x metric."""
+    pair = ((improvement["baseline"] == a) & (improvement["candidate"] == b)) | (
+        (improvement["baseline"] == b) & (improvement["candidate"] == a))
+    return improvement[(improvement["source"] == "measured") & pair & (improvement["workload"] == workload)
+                       & (improvement["metric"] == metric) & improvement["concurrency"].isin(concs)]
+
+
+def _fewer_steps_equivalent(improvement: pd.DataFrame, eligible: pd.DataFrame, pick: pd.Series, workload: str,
+                            metric: str, concs: list[int]) -> pd.Series | None:
+    """The eligible setting with the fewest steps below the pick's that a TOST shows equivalent to it at every
+    concurrency of the band; None when there is none."""
+    for _, other in eligible[eligible["steps"] < pick["steps"]].sort_values(
+            ["steps", "score"], ascending=[True, False]).iterrows():
+        rows = _between(improvement, pick["setting"], other["setting"], workload, metric, concs)
+        if len(rows) and (rows["verdict"] == EQUIVALENT).all():
+            return other
+    return None
 
 
 def recommend(scores: pd.DataFrame, cfg: StudyConfig, improvement: pd.DataFrame) -> pd.DataFrame:
@@ -91,10 +116,16 @@ def recommend(scores: pd.DataFrame, cfg: StudyConfig, improvement: pd.DataFrame)
         best = eligible["score"].max()
         tied = eligible[eligible["score"] >= best - cfg.tie_tolerance * abs(best)]
         pick = tied.sort_values(["steps", "score"], ascending=[True, False]).iloc[0]
-        base = group[(group["setting"] == cfg.baseline) & group["eligible"]]
-        vs_base = pick["score"] / base["score"].iloc[0] if len(base) and base["score"].iloc[0] > 0 else np.nan
         others = [s for s in tied["setting"] if s != pick["setting"]]
         note = "tie within tolerance; fewer speculative steps wins" if others and pick["score"] < best else ""
+        fewer = _fewer_steps_equivalent(improvement, eligible, pick, workload, metric, cfg.bands[band])
+        if fewer is not None:
+            note = (f"equivalent to {pick['setting']} (TOST within ±{cfg.equivalence_pct:g}%); fewer speculative "
+                    "steps wins")
+            others = [pick["setting"], *[s for s in others if s != fewer["setting"]]]
+            pick = fewer
+        base = group[(group["setting"] == cfg.baseline) & group["eligible"]]
+        vs_base = pick["score"] / base["score"].iloc[0] if len(base) and base["score"].iloc[0] > 0 else np.nan
         rows.append({**row, "recommended": pick["setting"], "score": pick["score"], "median": pick["median"],
                      "score_vs_baseline": vs_base,
                      "verdict": _verdict(improvement, cfg, pick["setting"], workload, metric, cfg.bands[band]),

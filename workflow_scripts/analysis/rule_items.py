@@ -42,7 +42,8 @@ TABLE_VIEWS = {
     "cost_model": ("2 Throughput and speedup", "cost_model"),
 }
 CSV_TABLES = ["summary", "cells", "improvement", "article_tables", "gap", "recommendation",
-              "recommendation_scores", "lossless", "latency_quantiles", "aa", "precision", "acceptance_by_position",
+              "recommendation_scores", "lossless", "latency_quantiles", "aa", "precision", "decisions",
+              "acceptance_by_position",
               "cost_model_params", "cost_model_predictions", "cost_model_validation"]
 CSV_CATEGORY = "6 Data (CSV)"
 
@@ -50,7 +51,8 @@ CSV_CATEGORY = "6 Data (CSV)"
 def analysis_config_json(config: dict[str, Any]) -> str:
     """The part of the config the analysis reads; a change to it re-runs the analysis (params are tracked)."""
     cfg = {key: config[key] for key in ("settings", "workloads", "analysis")}
-    cfg["benchmark"] = {key: config["benchmark"][key] for key in ("aa_control", "precision_pct")}
+    cfg["benchmark"] = {key: config["benchmark"][key]
+                        for key in ("aa_control", "precision_pct", "equivalence_pct", "repeats")}
     return json.dumps(cfg, sort_keys=True, default=str)
 
 

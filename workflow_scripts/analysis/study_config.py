@@ -30,6 +30,8 @@ class StudyConfig:
     external: list[dict[str, str]] = field(default_factory=list)
     twin: str | None = None  # the control's A/A twin (benchmark.aa_control), reported apart from the settings
     precision_pct: float = 3.0
+    equivalence_pct: float = 4.0  # the margin of the `equivalent` verdict (benchmark.equivalence_pct)
+    repeats: int = 3  # the rounds before the race judges anything (benchmark.repeats)
     predict_max_steps: int = 6  # the cost model predicts steps 1..this (cost_model.py)
 
     @classmethod
@@ -52,6 +54,8 @@ class StudyConfig:
             external=list(analysis.get("external") or []),
             twin=twin_name(baseline) if bench.get("aa_control", True) else None,
             precision_pct=float(bench.get("precision_pct", 3.0)),
+            equivalence_pct=float(bench.get("equivalence_pct", 4.0)),
+            repeats=int(bench.get("repeats", 3)),
             predict_max_steps=int(analysis.get("predict_max_steps", 6)),
         )
         out._validate()
@@ -62,6 +66,8 @@ class StudyConfig:
         return cls.from_dict(json.loads(text))
 
     def _validate(self) -> None:
+        if not self.equivalence_pct > 0:
+            raise ValueError(f"benchmark.equivalence_pct: must be > 0, got {self.equivalence_pct}")
         if self.predict_max_steps < 1:
             raise ValueError(f"analysis.predict_max_steps: must be >= 1, got {self.predict_max_steps}")
         if self.baseline not in self.settings:

@@ -4,7 +4,7 @@
         --requests results/S/requests/*.parquet --cohort-meta results/S/benchmark/*.json --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless, latency_quantiles, aa and precision as CSV, noise_floor.json, the
+recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision and decisions as CSV, noise_floor.json, the
 cost model's acceptance_by_position, cost_model_params, cost_model_predictions, cost_model_validation (CSV) and
 cost_model.md, and HTML views for the report. The control's A/A twin appears only in aa.csv, the noise floor and
 cells.csv.
@@ -24,6 +24,8 @@ import pandas as pd
 from tqdm import tqdm
 
 from workflow_scripts.analysis.cost_model import CostModelReport, add_predicted_best, analyse, floor_text, read_profile
+from workflow_scripts.analysis.decisions import RaceRule, decision_table
+from workflow_scripts.analysis.decisions import RaceRule, decision_table
 from workflow_scripts.analysis.external import load_external
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
 from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
@@ -77,6 +79,7 @@ class StudyTables:
     aa: pd.DataFrame
     noise_floor: dict
     precision: pd.DataFrame
+    decisions: pd.DataFrame
 
     @property
     def floor_sentence(self) -> str:
@@ -97,7 +100,7 @@ class StudyTables:
         return {"summary": self.summary, "cells": self.cells, "improvement": self.improvement,
                 "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
                 "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
-                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision,
+                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision, "decisions": self.decisions,
                 "acceptance_by_position": self.cost_model.acceptance, "cost_model_params": self.cost_model.params,
                 "cost_model_predictions": self.cost_model.predictions,
                 "cost_model_validation": self.cost_model.validation}
@@ -152,7 +155,10 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         aa = aa_table(improvement_values(all_cells, external), cfg.baseline, cfg.twin)
         floor = noise_floor(aa, metas, cfg.twin)
         floor_pct = math.nan if floor["noise_floor_pct"] is None else floor["noise_floor_pct"]
-        improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct)
+        improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct,
+                                   cfg.equivalence_pct)
+        decisions = decision_table(improvement_values(all_cells), cfg.baseline, cfg.twin,
+                                   RaceRule(cfg.equivalence_pct, floor_pct), cfg.repeats)
         gap = gap_table(improvement, cfg)
         steps.update()
         scores = score_table(requests, cells, cfg)
@@ -165,7 +171,7 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
             recommendation=add_predicted_best(recommend(scores, cfg, improvement), cost, cfg),
             recommendation_scores=scores, lossless=lossless_table(requests, cfg.baseline),
             latency_quantiles=latency_quantiles(requests), cost_model=cost,
-            aa=aa, noise_floor=floor, precision=precision_table(metas))
+            aa=aa, noise_floor=floor, precision=precision_table(metas), decisions=decisions)
         steps.update()
     return tables
 
