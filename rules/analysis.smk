@@ -60,6 +60,8 @@ rule analysis_plots:
         quantiles=f"{RESULTS}/tables/latency_quantiles.csv",
         by_position=f"{RESULTS}/tables/acceptance_by_position.csv",
         cost_predictions=f"{RESULTS}/tables/cost_model_predictions.csv",
+        cells=f"{RESULTS}/tables/cells.csv",
+        decisions=f"{RESULTS}/tables/decisions.csv",
     output:
         **rule_items.plot_outputs(RESULTS),
     log:
@@ -93,6 +95,7 @@ rule analysis_summary:
         aa=f"{RESULTS}/tables/aa.csv",
         floor=f"{RESULTS}/tables/noise_floor.json",
         precision=f"{RESULTS}/tables/precision.csv",
+        decisions=f"{RESULTS}/tables/decisions.csv",
         meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
         cost_model_md=f"{RESULTS}/tables/cost_model.md",
     output:

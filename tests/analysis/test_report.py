@@ -100,7 +100,8 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
     (results / "models" / "target").mkdir(parents=True)
     (results / "models" / "target" / "build_info.json").write_text(json.dumps(build_info))
     (tmp_path / "config.json").write_text(json.dumps({**CONFIG, "study": "e2e", "engine": "embedded",
-                                                      "benchmark": {"aa_control": False, "precision_pct": 3},
+                                                      "benchmark": {"aa_control": False, "precision_pct": 3,
+                                                                    "equivalence_pct": 4, "repeats": 2},
                                                       "server": {"env": {"HF_TOKEN": SECRET, "OMP_PROC_BIND": "1"}}}))
     (tmp_path / "Snakefile").write_text(
         # what rules/common.smk provides, for a workflow that only has the analysis

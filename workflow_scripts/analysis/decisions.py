@@ -166,3 +166,40 @@ def twin_faster_share(aa: pd.DataFrame) -> float:
     noise separates them, near 0 or 1 when something systematic (launch order, turn position) does."""
     diffs = aa["diff_pct"].dropna()
     return float((diffs > 0).mean()) if len(diffs) else math.nan
+
+
+def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame) -> list[str]:
+    """The summary's opening block: cells decided of the total per metric, the rounds and eliminations of each
+    cell, and how often the A/A twin ran faster (a share far from one half is a bias, not noise)."""
+    if decisions.empty:
+        return ["## Decisions", "", "No cell was measured.", ""]
+    lines = ["## Decisions", ""]
+    for metric, group in decisions.groupby("metric", sort=False):
+        counts = group["decision"].value_counts()
+        lines.append(f"- **{METRICS.get(metric, metric)}: {int((group['decision'] != UNDECIDED).sum())} of "
+                     f"{len(group)} cells decided** ({int(counts.get(WINNER, 0))} with a real winner, "
+                     f"{int(counts.get(EQUIVALENT, 0))} equivalent, {int(counts.get(UNDECIDED, 0))} undecided).")
+    share = twin_faster_share(aa)
+    if math.isfinite(share):
+        lines.append(f"- The A/A twin ran faster than the control in {share:.0%} of "
+                     f"{int(aa['diff_pct'].notna().sum())} cells × metrics (about half when nothing but noise "
+                     "separates them; launch and turn order are shuffled from `benchmark.seed`).")
+    rows = []
+    for (workload, conc), cell in decisions.groupby(["workload", "concurrency"], sort=True):
+        by_metric = {r.metric: r for r in cell.itertuples()}
+        rows.append({"workload": workload, "C": conc, "rounds": int(cell["rounds"].max()),
+                     **{METRICS[m]: _decision_text(by_metric[m]) for m in METRICS if m in by_metric},
+                     "eliminated (setting@round)": cell["eliminated"].fillna("").iloc[0] or "—"})
+    return [*lines, "", pd.DataFrame(rows).to_markdown(index=False), ""]
+
+
+def _decision_text(row) -> str:
+    """`winner steps2 (+6% [+3%, +9%] over steps1)`, `equivalent: steps1 ≡ steps2`, or `undecided`."""
+    if row.decision == UNDECIDED:
+        return UNDECIDED
+    if row.decision == EQUIVALENT:
+        return f"equivalent: {row.best} ≡ {row.runner_up}"
+    if not isinstance(row.runner_up, str) or not row.runner_up:
+        return f"winner {row.best}"
+    return (f"winner {row.best} ({row.lead_pct:+.0f}% [{row.ci_low_pct:+.0f}%, {row.ci_high_pct:+.0f}%] over "
+            f"{row.runner_up})")

@@ -23,7 +23,7 @@ from workflow_scripts.analysis.cost_plots import acceptance_position_chart, cost
 from workflow_scripts.analysis.improvement import METRICS
 from workflow_scripts.analysis.output import atomic_write_text
 
-PLOTS = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model"]
+PLOTS = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model", "survival"]
 LOG2 = alt.Scale(type="log", base=2)
 PANEL = {"width": 260, "height": 200}
 EMPTY_RULE = {"color": "#d62728", "strokeDash": [4, 3], "strokeWidth": 2}
@@ -186,6 +186,26 @@ def pareto_chart(summary: pd.DataFrame) -> alt.Chart:
             .properties(title="Per-request against aggregate tok/s; dashed line = Pareto front (labels: concurrency)"))
 
 
+def survival_chart(cells: pd.DataFrame, decisions: pd.DataFrame) -> alt.Chart:
+    """Each setting's rounds per cell: a mark per round it was measured in, so an eliminated setting's row stops
+    where the race dropped it and a decided cell's rows stop together (tables/decisions.csv names both)."""
+    data = cells[["setting", "workload", "concurrency", "cohort", "repeat"]].drop_duplicates().copy()
+    outcome = decisions[decisions["metric"] == "aggregate_tok_s"].set_index(["workload", "concurrency"])
+    data["decision"] = [outcome["decision"].get((w, c), "") for w, c in zip(data["workload"], data["concurrency"])]
+    gone = {(w, c, item.split("@")[0]) for (w, c), text in outcome["eliminated"].fillna("").items()
+            for item in str(text).split(";") if item}
+    data["status"] = ["eliminated" if (w, c, s) in gone else "in the race" for w, c, s in
+                      zip(data["workload"], data["concurrency"], data["setting"])]
+    return (alt.Chart(data).mark_square(size=70).encode(
+        x=alt.X("repeat:O", title="round"), y=alt.Y("setting:N", title=None),
+        color=alt.Color("status:N", scale=alt.Scale(domain=["in the race", "eliminated"],
+                                                    range=["#1f77b4", "#d62728"])),
+        tooltip=["setting:N", "workload:N", "concurrency:Q", "cohort:N", "repeat:Q", "decision:N", "status:N"])
+        .properties(width=120, height=110)
+        .facet(row=alt.Row("workload:N"), column=alt.Column("concurrency:O", title="concurrency"))
+        .properties(title="Survival over rounds: the rounds each setting was measured in, per cell"))
+
+
 def save(chart: alt.Chart, out_dir: Path, name: str) -> None:
     """HTML with vega inlined (offline, SVG renderer) and a static SVG, both written atomically."""
     atomic_write_text(out_dir / f"{name}.html", chart.to_html(inline=True, embed_options={"renderer": "svg"}))
@@ -198,6 +218,8 @@ def build_charts(tables_dir: Path) -> dict[str, Callable[[], alt.Chart]]:
     quantiles = pd.read_csv(tables_dir / "latency_quantiles.csv")
     by_position = pd.read_csv(tables_dir / "acceptance_by_position.csv")
     cost_predictions = pd.read_csv(tables_dir / "cost_model_predictions.csv")
+    cells = pd.read_csv(tables_dir / "cells.csv")
+    decisions = pd.read_csv(tables_dir / "decisions.csv")
     return {
         "throughput": lambda: throughput_chart(summary),
         "speedup": lambda: speedup_chart(improvement),
@@ -206,6 +228,7 @@ def build_charts(tables_dir: Path) -> dict[str, Callable[[], alt.Chart]]:
         "pareto": lambda: pareto_chart(summary),
         "acceptance_position": lambda: acceptance_position_chart(by_position),
         "cost_model": lambda: cost_model_chart(cost_predictions),
+        "survival": lambda: survival_chart(cells, decisions),
     }
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from snakemake.io import report
 
-PLOT_NAMES = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model"]
+PLOT_NAMES = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model",
+              "survival"]
 PLOT_TITLES = {
     "throughput": "Throughput vs concurrency",
     "speedup": "Speedup with CI",
@@ -19,6 +20,7 @@ PLOT_TITLES = {
     "pareto": "Per-request vs aggregate (Pareto)",
     "acceptance_position": "Acceptance by draft position",
     "cost_model": "Cost model: predicted vs measured",
+    "survival": "Survival of settings over rounds",
 }
 PLOT_CATEGORY = {
     "throughput": "2 Throughput and speedup",
@@ -28,6 +30,7 @@ PLOT_CATEGORY = {
     "latency": "4 Latency",
     "acceptance_position": "3 Acceptance and lossless",
     "cost_model": "2 Throughput and speedup",
+    "survival": "2 Throughput and speedup",
 }
 # tables with an HTML view in the report: name -> (category, caption file stem)
 TABLE_VIEWS = {
@@ -38,6 +41,7 @@ TABLE_VIEWS = {
     "gap": ("2 Throughput and speedup", "gap"),
     "lossless": ("3 Acceptance and lossless", "lossless"),
     "aa": ("2 Throughput and speedup", "aa"),
+    "decisions": ("1 Summary", "decisions"),
     "acceptance_by_position": ("3 Acceptance and lossless", "acceptance_by_position"),
     "cost_model": ("2 Throughput and speedup", "cost_model"),
 }

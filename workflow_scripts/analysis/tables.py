@@ -114,6 +114,8 @@ class StudyTables:
                             [("A/A", self.aa), ("Precision reached per cell", self.precision)],
                             self.floor_sentence),
             "article_tables": html_page("The article's tables", self.articles),
+            "decisions": html_page("Decisions per cell: the race's winner, equivalent settings, or undecided",
+                                   [("", self.decisions)], self.floor_sentence),
             "gap": html_page("Synthetic vs realistic speedup", [("", self.gap)], self.gap_sentence),
             "recommendation": html_page("Recommendation per concurrency band × workload",
                                         [("Recommendation", self.recommendation),
