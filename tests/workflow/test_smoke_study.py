@@ -19,7 +19,9 @@ from snakemake.utils import validate
 
 from tests.workflow.snakemake_run import REPO, planned_cohorts, planned_jobs, snakemake, snakemake_argv, snakemake_env
 from workflow_scripts.analysis.browser_check import check_report
-from workflow_scripts.analysis.paired import NO_DATA, REAL, WITHIN_NOISE
+from workflow_scripts.analysis.decisions import DECISION_COLUMNS
+from workflow_scripts.analysis.paired import EQUIVALENT, NO_DATA, REAL, WITHIN_NOISE
+from workflow_scripts.client.rounds import launch_order
 from workflow_scripts.client.cohorts import twin_name
 from workflow_scripts.client.plan import cell_sizes
 
@@ -108,13 +110,35 @@ def test_aa_control_and_noise_floor(study):
     assert floor["schedule"] == "sliced" and floor["rounds"] == SMOKE["benchmark"]["repeats"]
     assert floor["noise_floor_pct"] == pytest.approx(float(aa.diff_pct.abs().quantile(0.95)))
     improvement = pd.read_csv(tables / "improvement.csv")
-    assert set(improvement.verdict) <= {REAL, WITHIN_NOISE, NO_DATA}
+    assert set(improvement.verdict) <= {REAL, EQUIVALENT, WITHIN_NOISE, NO_DATA}
     real = improvement[improvement.verdict == REAL]
     assert ((real.ci_low_pct > 0) | (real.ci_high_pct < 0)).all()
     assert (real.improvement_pct.abs() > floor["noise_floor_pct"]).all()
     assert TWIN not in set(improvement.candidate)
     precision = pd.read_csv(tables / "precision.csv")
     assert len(precision) == CELLS and (precision.rounds == SMOKE["benchmark"]["repeats"]).all()
+
+
+def test_decisions_open_the_summary_and_the_launch_order_is_recorded(study):
+    res = results(study)
+    decisions = pd.read_csv(res / "tables" / "decisions.csv", keep_default_na=False)
+    assert list(decisions.columns) == DECISION_COLUMNS == [
+        "workload", "concurrency", "metric", "decision", "best", "runner_up", "lead_pct", "ci_low_pct",
+        "ci_high_pct", "rounds", "eliminated"]
+    assert len(decisions) == CELLS * 2 and set(decisions.decision) <= {"winner", "equivalent", "undecided"}
+    assert (decisions.rounds == SMOKE["benchmark"]["repeats"]).all()
+    assert set(decisions.best) <= set(SMOKE["settings"]) and TWIN not in set(decisions.runner_up)
+    assert decisions.eliminated.str.fullmatch(r"([A-Za-z0-9_]+@\d+(;[A-Za-z0-9_]+@\d+)*)?").all()
+    summary = (res / "summary.md").read_text()
+    block = summary.split("## Decisions", 1)[1].split("\n## ", 1)[0]
+    assert summary.index("## Decisions") < summary.index("## Headline")
+    decided = int((decisions[decisions.metric == "aggregate_tok_s"].decision != "undecided").sum())
+    assert f"aggregate tok/s: {decided} of {CELLS} cells decided" in block
+    assert "A/A twin ran faster than the control in" in block
+    (meta,) = [json.loads(path.read_text()) for path in (res / "benchmark").glob("*.json")]
+    assert meta["allocation"] == "racing" and meta["seed"] == SMOKE_VALIDATED["benchmark"]["seed"]
+    assert meta["launch_order"] == {"0": launch_order(meta["members"], meta["seed"], meta["cohort"])}
+    assert (res / "plots" / "survival.svg").stat().st_size > 0
 
 
 def test_acceptance_by_position_and_cost_model(study):
