@@ -24,12 +24,12 @@ from workflow_scripts.client.run_cohort import pid_alive
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _plan(tmp_path: Path) -> dict:
-    """The smoke study cut to the baseline and its twin, one synthetic cell, two rounds."""
+def _plan(tmp_path: Path, **bench) -> dict:
+    """The smoke study cut to the baseline and its twin, one synthetic cell, two rounds (`bench`: more keys)."""
     config = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
     config["settings"] = {"baseline": {"moe_config": "default"}}
     config["workloads"] = {"synthetic": config["workloads"]["synthetic"]}
-    config["benchmark"].update(concurrency=[2], repeats=2, max_repeats=2)
+    config["benchmark"].update(concurrency=[2], repeats=2, max_repeats=2, **bench)
     validate(config, str(REPO / "config" / "schema.yaml"), set_default=True)
     (cohort,) = plan_cohorts(config, tmp_path / "cells")
     return cohort_plan(config, cohort)
@@ -202,6 +202,24 @@ def test_a_server_killed_mid_cell_fails_the_cohort_and_keeps_the_finished_cells(
     assert proc.wait(timeout=120) != 0 and "ServerError" in rest and "died" in rest
     finished = list((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
     assert finished and all(len(pd.read_parquet(path)) for path in finished)  # whole cells, none half-written
+
+
+def test_a_time_boxed_cell_measures_past_its_minimum_and_one_too_short_fails_naming_the_key(smoke_pair, tmp_path):
+    plan = _plan(tmp_path, cell_seconds=1.0)
+    (spec,) = plan["cells"]
+    done = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = pd.read_parquet(tmp_path / "out.parquet")
+    for _, cell in records.groupby(["setting", "repeat"]):
+        # a smoke request takes milliseconds: a second of the server's running clock holds far more than the minimum
+        assert (~cell.warmup).sum() > 2 * spec["measured"] and cell.error.isna().all()
+        assert cell.end_ts.max() - cell.send_ts.min() < 1.0 + 0.5  # on the running clock, the last wave included
+    short = _plan(tmp_path / "short", cell_seconds=0.001)
+    failed = subprocess.run(_argv(short, smoke_pair, tmp_path / "short"), env=_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert failed.returncode != 0 and "benchmark.cell_seconds: 0.001 s is too short for synthetic at concurrency 2" \
+        in failed.stderr, failed.stderr[-3000:]
+    assert not (tmp_path / "short" / "out.json").exists()
 
 
 def test_fresh_servers_each_round_when_asked(smoke_pair, tmp_path):

@@ -168,9 +168,10 @@ def twin_faster_share(aa: pd.DataFrame) -> float:
     return float((diffs > 0).mean()) if len(diffs) else math.nan
 
 
-def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame) -> list[str]:
-    """The summary's opening block: cells decided of the total per metric, the rounds and eliminations of each
-    cell, and how often the A/A twin ran faster (a share far from one half is a bias, not noise)."""
+def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
+    """The summary's opening block: cells decided of the total per metric, the rounds, eliminations and measured
+    requests of each cell (``cells``: tables/cells.csv; a time-boxed cell completes as many as its time allows),
+    and how often the A/A twin ran faster (a share far from one half is a bias, not noise)."""
     if decisions.empty:
         return ["## Decisions", "", "No cell was measured.", ""]
     lines = ["## Decisions", ""]
@@ -187,7 +188,9 @@ def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame) -> list[str]:
     rows = []
     for (workload, conc), cell in decisions.groupby(["workload", "concurrency"], sort=True):
         by_metric = {r.metric: r for r in cell.itertuples()}
+        sent = cells.loc[(cells["workload"] == workload) & (cells["concurrency"] == conc), ["n_ok", "n_err"]].sum(axis=1)
         rows.append({"workload": workload, "C": conc, "rounds": int(cell["rounds"].max()),
+                     "requests per setting-round": f"{int(sent.min())}–{int(sent.max())}" if len(sent) else "—",
                      **{METRICS[m]: _decision_text(by_metric[m]) for m in METRICS if m in by_metric},
                      "eliminated (setting@round)": cell["eliminated"].fillna("").iloc[0] or "—"})
     return [*lines, "", pd.DataFrame(rows).to_markdown(index=False), ""]

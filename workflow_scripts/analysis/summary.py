@@ -154,7 +154,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
     })) if len(gap_rows) else ""
     parts = [
         f"# Study `{study}`: speculative decoding against `{cfg.baseline}`", "",
-        *decision_lines(_read(tables_dir, "decisions"), aa),
+        *decision_lines(_read(tables_dir, "decisions"), aa, _read(tables_dir, "cells")),
         "Throughput is the median over rounds. Every comparison pairs cells measured in the same round (a round "
         "measures one cell on every setting); brackets give the 95% CI of the geometric-mean ratio over rounds "
         "(a t interval on the log ratios), and “≈ noise” marks a difference that is not *real*: its CI includes 0, "

@@ -4,6 +4,11 @@
 the server always sees `c` open streams until the queue drains. The first `warmup` requests (by index) are
 marked as warm-up; the analysis leaves them out.
 
+A time-boxed cell (`seconds`) sends its `measured` requests as the minimum, then keeps sending until its server
+has run `seconds` (`clock`: the server's running clock in a sliced cell, else the time since the cell began): a
+slow cell (high concurrency, long answers) then costs a fixed time instead of a fixed count, and a fast one
+measures more.
+
 With `metrics`, the server's /metrics is scraped before and after the cell, and also at the edges of its steady
 window (analysis/metrics.py): when the first measured request is sent, and when the first worker finds no
 request left, which is the cell's (N - C + 1)-th end. The window's deltas are what the server did while it held
@@ -17,7 +22,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import aiohttp
 import uvloop
@@ -41,9 +46,12 @@ class CellPlan:
     # request i carries sampling_seed = seed_base + i: every setting of a round samples from the same random streams
     # (common random numbers), so a T>0 comparison within a round is not also a comparison of luck (seed_base)
     seed_base: int | None = None
+    seconds: float | None = None  # time-boxed: keep sending past `measured` until the clock reads this
+    clock: Callable[[], float] | None = field(default=None, compare=False)  # None: seconds since the cell began
 
     @property
     def total(self) -> int:
+        """The requests the cell sends at least (exactly, unless time-boxed)."""
         return self.warmup + self.measured
 
 
@@ -96,8 +104,13 @@ async def run_cell_async(base_url: str, plan: CellPlan, prompts: list[Prompt], p
     cpu0, wall0 = time.process_time(), time.perf_counter()
     times: list[float] = []
 
+    def time_left() -> bool:
+        if plan.seconds is None:
+            return False
+        return (plan.clock() if plan.clock else time.perf_counter() - wall0) < plan.seconds
+
     async def worker(session: aiohttp.ClientSession, probes: aiohttp.ClientSession) -> None:
-        while (i := next(counter)) < plan.total:
+        while (i := next(counter)) < plan.total or time_left():
             if i == plan.warmup and plan.metrics:
                 edges["open"] = asyncio.ensure_future(scrape(probes, base_url, plan.api_key))
             prompt = prompts[i % len(prompts)]

@@ -73,6 +73,8 @@ def cell_specs(config: dict, setting: str) -> list[dict]:
             warmup, measured = cell_sizes(config, c)
             spec = {"workload": workload, "spec": config["workloads"][workload], "concurrency": c,
                     "warmup": warmup, "measured": measured, "seeds": SEEDS}
+            if config["benchmark"]["cell_seconds"] is not None:  # keyed only when set: cached cells stay valid
+                spec["seconds"] = config["benchmark"]["cell_seconds"]
             out.append({**spec, "key": _digest(spec, 12)})
     return out
 

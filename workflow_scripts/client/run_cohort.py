@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
@@ -44,7 +45,7 @@ from workflow_scripts.client.prompts import build_prompts
 from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
 from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, launch_order, seeded_order
 from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
-from workflow_scripts.client.slicing import run_share, run_together, to_running_clock
+from workflow_scripts.client.slicing import TurnClock, run_share, run_together, to_running_clock
 from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
 from workflow_scripts.machine import memory_speed_gbs, stream_bandwidth_gbs
 
@@ -169,8 +170,8 @@ class Cohort:
         self.check_supervisor()
         spec = self.cells[cell]
         tag = self.tag(spec, member, round_)
-        cell_plan = self.cell_plan(live, spec, spec["warmup"], spec["measured"], round_,
-                                   metrics=live.spec.enable_metrics)
+        cell_plan = replace(self.cell_plan(live, spec, spec["warmup"], spec["measured"], round_,
+                                           metrics=live.spec.enable_metrics), seconds=spec.get("seconds"))
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
         result = uvloop.run(self.send_measured(live, spec, cell_plan, tag))
@@ -187,14 +188,16 @@ class Cohort:
         spec = self.cells[cell]
         order = seeded_order(list(lives), "turns", self.seed, self.id, cell, round_)
         self.turns[f"{cell}/{round_}"] = order
-        plans = {m: self.cell_plan(lives[m], spec, spec["warmup"], spec["measured"], round_,
-                                   metrics=lives[m].spec.enable_metrics) for m in order}
+        clocks = {m: TurnClock(m) for m in order}  # a time-boxed cell ends on its server's running clock
+        plans = {m: replace(self.cell_plan(lives[m], spec, spec["warmup"], spec["measured"], round_,
+                                           metrics=lives[m].spec.enable_metrics),
+                            seconds=spec.get("seconds"), clock=clocks[m]) for m in order}
         groups = {m: lives[m].process.proc.pid for m in order}  # each server leads its own process group
         mem_before = memory_speed_gbs()
         start_ts, t0 = time.time(), time.perf_counter()
         sends = {m: functools.partial(self.send_measured, lives[m], spec, plans[m], self.tag(spec, m, round_))
                  for m in order}
-        results, turns = run_together(groups, self.plan["slice_ms"] / 1000, order, sends)
+        results, turns = run_together(groups, self.plan["slice_ms"] / 1000, order, sends, clocks.values())
         wall_s = time.perf_counter() - t0
         for m in order:
             lives[m].process.check_alive()
@@ -227,9 +230,9 @@ class Cohort:
     def frame(self, result: CellResult, plan: CellPlan, cell: str, member: str, round_: int, start_ts: float,
               mem_gbs: float) -> pd.DataFrame:
         spec = self.cells[cell]
-        if len(result.records) != plan.total:
-            raise RuntimeError(f"cell {self.tag(spec, member, round_)}: sent {plan.total} requests but recorded "
-                               f"{len(result.records)}")
+        if len(result.records) < plan.total or (plan.seconds is None and len(result.records) != plan.total):
+            raise RuntimeError(f"cell {self.tag(spec, member, round_)}: sent {plan.total} requests"
+                               f"{' at least' if plan.seconds else ''} but recorded {len(result.records)}")
         return cell_frame(result, member, spec["workload"], spec["spec"]["temperature"], spec["concurrency"], round_,
                           self.id, start_ts, mem_gbs)
 
@@ -240,8 +243,9 @@ class Cohort:
         metrics = cell_metrics(frame)
         self.ledger.add(cell, member, round_, metrics)
         self.seconds[member] += seconds
-        log.info("cell %s: %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% of one core, "
-                 "memory %.1f GB/s%s", self.tag(self.cells[cell], member, round_), int(frame.error.notna().sum()),
+        log.info("cell %s: %d requests, %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% of one core, "
+                 "memory %.1f GB/s%s", self.tag(self.cells[cell], member, round_), len(frame),
+                 int(frame.error.notna().sum()),
                  metrics["aggregate_tok_s"], metrics["per_request_tok_s"], 100 * result.client_cpu_s / result.wall_s,
                  frame["cell_mem_gbs"].iloc[0],
                  "" if pd.isna(share := frame["cell_run_share"].iloc[0]) else f", ran {100 * share:.0f}% of the cell")
@@ -273,6 +277,7 @@ class Cohort:
             live.process.check_alive()
             if errors := [r.error for r in result.records if r.error]:
                 raise RuntimeError(f"server warm-up of {member} ({spec['workload']}, concurrency {c}): {errors[0]}")
+            check_cell_seconds(spec, result.wall_s)
         log.info("server %s warmed up in %.1f s (%s)", member, time.perf_counter() - t0,
                  ", ".join(f"{w} c{spec['concurrency']}" for w, spec in widest.items()))
 
@@ -441,6 +446,22 @@ async def watch(server: ServerProcess, url: str, _cell_session: aiohttp.ClientSe
             if missed >= HANG_CHECKS:
                 raise ServerError(f"server at {url} stopped answering /health during a cell ({missed} checks in a"
                                   f" row); log {server.log_path} ends with:\n{log_tail(server.log_path)}")
+
+
+def check_cell_seconds(spec: dict, wave_s: float) -> None:
+    """A time-boxed cell must have time for its minimum of measured requests: estimated from the warm-up wave (one
+    request per stream at the cell's concurrency, the server running alone), it needs measured / concurrency waves
+    (plus its warm-up's)."""
+    seconds = spec.get("seconds")
+    if seconds is None:
+        return
+    c = spec["concurrency"]
+    need = math.ceil((spec["warmup"] + spec["measured"]) / c) * wave_s
+    if need > seconds:
+        raise SystemExit(f"benchmark.cell_seconds: {seconds:g} s is too short for {spec['workload']} at concurrency "
+                         f"{c}: its {spec['warmup']} warm-up and {spec['measured']} measured requests take ~{need:.0f} "
+                         f"s (one wave of {c} took {wave_s:.1f} s in the server warm-up); raise it or lower "
+                         "benchmark.requests_per_cell")
 
 
 def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:

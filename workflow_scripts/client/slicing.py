@@ -40,6 +40,7 @@ class Conductor:
     def __init__(self, groups: dict[str, int], slice_s: float, order: Iterable[str]) -> None:
         self.groups, self.slice_s, self.order = groups, slice_s, list(order)
         self.intervals: dict[str, list[Interval]] = {name: [] for name in groups}
+        self._turn_began: dict[str, float] = {}  # the member whose turn it is: since when
         self.finished: set[str] = set()
         self._stop = threading.Event()
         self._wake = threading.Event()  # a member finished or the cell ended: its turn need not run out
@@ -68,6 +69,11 @@ class Conductor:
             except ProcessLookupError:  # a server that died: the job reports it
                 pass
 
+    def ran_s(self, member: str) -> float:
+        """Seconds the member's server has run in this cell so far: its finished turns and the one under way."""
+        began = self._turn_began.get(member)
+        return sum(b - a for a, b in self.intervals[member]) + (time.perf_counter() - began if began else 0.0)
+
     def done(self, member: str) -> None:
         self.finished.add(member)
         self._wake.set()
@@ -83,6 +89,7 @@ class Conductor:
                     return
                 group = self.groups[name]
                 start = time.perf_counter()
+                self._turn_began[name] = start
                 try:
                     os.killpg(group, signal.SIGCONT)
                     # wakes early when the member's cell ends, so the next one is not kept waiting
@@ -91,6 +98,7 @@ class Conductor:
                 except ProcessLookupError:  # the server died in its turn: the cell's liveness check reports it
                     self.finished.add(name)
                 self.intervals[name].append((start, time.perf_counter()))
+                del self._turn_began[name]
 
     def _wait_turn(self, name: str) -> None:
         end = time.perf_counter() + self.slice_s
@@ -99,11 +107,26 @@ class Conductor:
             self._wake.clear()
 
 
+class TurnClock:
+    """A member's running clock in the sliced cell under way (0 before it starts): what time-boxes its cell."""
+
+    def __init__(self, member: str) -> None:
+        self.member = member
+        self.conductor: Conductor | None = None
+
+    def __call__(self) -> float:
+        return self.conductor.ran_s(self.member) if self.conductor else 0.0
+
+
 def run_together(groups: dict[str, int], slice_s: float, order: list[str],
-                 sends: dict[str, Callable[[], Awaitable[T]]]) -> tuple[dict[str, T], dict[str, list[Interval]]]:
+                 sends: dict[str, Callable[[], Awaitable[T]]],
+                 clocks: Iterable[TurnClock] = ()) -> tuple[dict[str, T], dict[str, list[Interval]]]:
     """Run every member's cell at once, its server's group only in its turns: each member's result and its turns.
-    A member whose cell ends (or fails) leaves the turns at once, so the others are not kept waiting for it."""
+    A member whose cell ends (or fails) leaves the turns at once, so the others are not kept waiting for it.
+    `clocks` are bound to this cell's turns (a time-boxed cell reads its server's running clock from one)."""
     with Conductor(groups, slice_s, order) as conductor:
+        for clock in clocks:
+            clock.conductor = conductor
         async def one(member: str) -> tuple[str, T]:
             try:
                 return member, await sends[member]()
