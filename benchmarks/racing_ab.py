@@ -2,7 +2,7 @@
 
     python -m benchmarks.racing_ab --config config/config.yaml --target results/embedded-cpu/models/target \
         --draft results/embedded-cpu/models/draft [--moe-installed results/embedded-cpu/moe/installed.json] \
-        [--concurrency 4 16] [--repeats 2] [--max-repeats 6] [--budget-min 7] \
+        [--concurrency 4 16] [--repeats 2] [--max-repeats 6] [--budget-min 7] [--cell-seconds 2] \
         [--designs even racing racing-restart] [--pairs 1] [--out-dir /tmp/racing_ab]
 
 Each design runs the study's benchmark job (workflow_scripts/client/run_cohort.py) on the same plan, in a cache
@@ -52,7 +52,8 @@ def study_config(args: argparse.Namespace) -> dict:
     config = yaml.safe_load(args.config.read_text())
     bench = config.setdefault("benchmark", {})
     for key, value in (("concurrency", args.concurrency), ("repeats", args.repeats),
-                       ("max_repeats", args.max_repeats), ("time_budget_min", args.budget_min)):
+                       ("max_repeats", args.max_repeats), ("time_budget_min", args.budget_min),
+                       ("cell_seconds", args.cell_seconds)):
         if value is not None:
             bench[key] = value
     if args.moe_installed is None:
@@ -93,6 +94,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int)
     parser.add_argument("--max-repeats", type=int)
     parser.add_argument("--budget-min", type=float, help="each design's time budget (benchmark.time_budget_min)")
+    parser.add_argument("--cell-seconds", type=float, help="time-boxed cells (benchmark.cell_seconds)")
     parser.add_argument("--designs", nargs="+", choices=list(DESIGNS), default=["even", "racing"])
     parser.add_argument("--pairs", type=int, default=1, help="runs of every design, in a seeded order each")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
@@ -105,7 +107,8 @@ def main() -> None:
     twin = twin_name(control) if bench["aa_control"] else None
     print(f"machine: {stream_bandwidth_gbs():.1f} GB/s streaming; load {os.getloadavg()[0]:.1f}; concurrency "
           f"{bench['concurrency']}, repeats {bench['repeats']}-{bench['max_repeats']}, budget "
-          f"{bench['time_budget_min']} min, settings {', '.join(config['settings'])}", flush=True)
+          f"{bench['time_budget_min']} min, cell_seconds {bench['cell_seconds']}, settings "
+          f"{', '.join(config['settings'])}", flush=True)
     runs: list[tuple[str, pd.DataFrame, dict]] = []
     for pair in range(args.pairs):
         for design in seeded_order(args.designs, "racing_ab", bench["seed"], pair):
@@ -118,9 +121,9 @@ def main() -> None:
     floor = noise_floor_pct(pd.concat(aas)["diff_pct"].to_numpy()) if twin else float("nan")
     rule = RaceRule(bench["equivalence_pct"], floor)
     print(f"\none rule for every design: equivalence ±{bench['equivalence_pct']:g}%, pooled A/A floor ±{floor:.1f}%")
-    print("| design | pair | decided (cells × metrics) | aggregate | per-request | minutes | decided / min "
-          "| twin faster | A/A CI covers 0 |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| design | pair | decided (cells × metrics) | aggregate | per-request | rounds per cell | minutes "
+          "| decided / min | own A/A floor | twin faster | A/A CI covers 0 |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     rates: dict[str, list[float]] = {d: [] for d in args.designs}
     for (design, values, meta), aa, pair in zip(runs, aas, [p for p in range(args.pairs) for _ in args.designs]):
         decisions = decision_table(values, control, twin, rule, bench["repeats"])
@@ -130,12 +133,15 @@ def main() -> None:
         minutes = meta["measuring_s"] / 60
         rates[design].append(decided.sum() / minutes)
         covers = ((aa["ci_low_pct"] <= 0) & (aa["ci_high_pct"] >= 0)).mean() if len(aa) else float("nan")
+        rounds = "–".join(str(n) for n in sorted({int(decisions["rounds"].min()), int(decisions["rounds"].max())}))
+        own = noise_floor_pct(aa["diff_pct"].to_numpy())
         print(f"| {design} | {pair} | {int(decided.sum())}/{len(decisions)} | {per['aggregate_tok_s']} | "
-              f"{per['per_request_tok_s']} | {minutes:.1f} | {rates[design][-1]:.2f} | "
+              f"{per['per_request_tok_s']} | {rounds} | {minutes:.1f} | {rates[design][-1]:.2f} | ±{own:.1f}% | "
               f"{twin_faster_share(aa):.0%} | {covers:.0%} |")
     if "even" in rates and "racing" in rates:
-        ratio = (sum(rates["racing"]) / len(rates["racing"])) / (sum(rates["even"]) / len(rates["even"]))
-        print(f"\nracing decides {ratio:.2f}x as many cells per minute as even (goal: >= 2x)")
+        even, racing = (sum(rates[d]) / len(rates[d]) for d in ("even", "racing"))
+        print(f"\ndecided per minute: racing {racing:.2f}, even {even:.2f}"
+              + (f"; racing/even {racing / even:.2f}x (goal: >= 2x)" if even > 0 else "; even decided none"))
 
 
 if __name__ == "__main__":
