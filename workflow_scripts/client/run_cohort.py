@@ -277,7 +277,10 @@ class Cohort:
             live.process.check_alive()
             if errors := [r.error for r in result.records if r.error]:
                 raise RuntimeError(f"server warm-up of {member} ({spec['workload']}, concurrency {c}): {errors[0]}")
-            check_cell_seconds(spec, result.wall_s)
+            if spec.get("seconds") is not None:  # timed on a second wave: the first paid the first-time costs
+                tag = f"{member}-{spec['workload']}-c{c}-warmup2"
+                again = uvloop.run(self.send_cell_async(live, spec, plan, tag))
+                check_cell_seconds(spec, again.wall_s)
         log.info("server %s warmed up in %.1f s (%s)", member, time.perf_counter() - t0,
                  ", ".join(f"{w} c{spec['concurrency']}" for w, spec in widest.items()))
 
@@ -449,9 +452,9 @@ async def watch(server: ServerProcess, url: str, _cell_session: aiohttp.ClientSe
 
 
 def check_cell_seconds(spec: dict, wave_s: float) -> None:
-    """A time-boxed cell must have time for its minimum of measured requests: estimated from the warm-up wave (one
-    request per stream at the cell's concurrency, the server running alone), it needs measured / concurrency waves
-    (plus its warm-up's)."""
+    """A time-boxed cell must have time for its minimum of measured requests: estimated from a warm-up wave (one
+    request per stream at the cell's concurrency, the server running alone; the second wave, as the first pays
+    the first-time costs, 4x a steady wave in one smoke run), it needs (warm-up + measured) / concurrency waves."""
     seconds = spec.get("seconds")
     if seconds is None:
         return
@@ -460,7 +463,7 @@ def check_cell_seconds(spec: dict, wave_s: float) -> None:
     if need > seconds:
         raise SystemExit(f"benchmark.cell_seconds: {seconds:g} s is too short for {spec['workload']} at concurrency "
                          f"{c}: its {spec['warmup']} warm-up and {spec['measured']} measured requests take ~{need:.0f} "
-                         f"s (one wave of {c} took {wave_s:.1f} s in the server warm-up); raise it or lower "
+                         f"s (one wave of {c} took {wave_s:.1f} s in the server warm-up's second wave); raise it or lower "
                          "benchmark.requests_per_cell")
 
 
