@@ -4,9 +4,11 @@ per-setting noise of sd 1% on top, as paired rounds on a shared machine look."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from workflow_scripts.analysis.decisions import EQUIVALENT, UNDECIDED, WINNER, RaceRule, judge, race
+from workflow_scripts.analysis.decisions import (DECISION_COLUMNS, EQUIVALENT, UNDECIDED, WINNER, RaceRule,
+                                                 decision_table, judge, race)
 
 METRICS = ("aggregate_tok_s", "per_request_tok_s")
 
@@ -70,3 +72,15 @@ def test_nothing_is_judged_from_one_round_and_the_margin_must_be_positive():
     assert race(data, "ctrl", None, RaceRule(4.0), start=1, upto=1).verdicts["aggregate_tok_s"].best == "fast"
     with pytest.raises(ValueError, match="benchmark.equivalence_pct"):
         RaceRule(0.0)
+
+
+def test_the_decision_table_replays_the_race_on_the_rounds_of_each_cell():
+    data = rounds({"ctrl": 1.0, "ctrl_aa": 1.0, "fast": 1.3, "slow": 0.6}, 6, 0)
+    rows = [{"setting": m, "workload": "w", "concurrency": 4, "cohort": "c", "repeat": r,
+             **{metric: data[metric][m][r] for metric in METRICS}}
+            for m in data["aggregate_tok_s"] for r in range(6) if not (m == "slow" and r >= 3)]  # racing dropped it
+    table = decision_table(pd.DataFrame(rows), "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2)
+    assert list(table.columns) == DECISION_COLUMNS and len(table) == 2
+    assert (table.decision == WINNER).all() and (table.best == "fast").all() and (table.runner_up == "ctrl").all()
+    assert (table.rounds == 6).all() and table.eliminated.iloc[0] in ("slow@2", "slow@3")
+    assert (table.ci_low_pct > 2.0).all()

@@ -188,7 +188,8 @@ def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFram
     rows = []
     for (workload, conc), cell in decisions.groupby(["workload", "concurrency"], sort=True):
         by_metric = {r.metric: r for r in cell.itertuples()}
-        sent = cells.loc[(cells["workload"] == workload) & (cells["concurrency"] == conc), ["n_ok", "n_err"]].sum(axis=1)
+        at = (cells["workload"] == workload) & (cells["concurrency"] == conc)
+        sent = cells.loc[at, ["n_ok", "n_err"]].sum(axis=1)
         rows.append({"workload": workload, "C": conc, "rounds": int(cell["rounds"].max()),
                      "requests per setting-round": f"{int(sent.min())}–{int(sent.max())}" if len(sent) else "—",
                      **{METRICS[m]: _decision_text(by_metric[m]) for m in METRICS if m in by_metric},

@@ -70,8 +70,7 @@ class RoundPolicy:
     def from_plan(cls, rounds: dict) -> RoundPolicy:
         budget = rounds.get("time_budget_min")
         return cls(rounds["repeats"], rounds["max_repeats"], rounds["precision_pct"],
-                   None if budget is None else budget * 60, rounds.get("allocation", "even"),
-                   rounds.get("equivalence_pct", 4.0))
+                   None if budget is None else budget * 60, rounds["allocation"], rounds["equivalence_pct"])
 
 
 @dataclass

@@ -243,8 +243,8 @@ class Cohort:
         metrics = cell_metrics(frame)
         self.ledger.add(cell, member, round_, metrics)
         self.seconds[member] += seconds
-        log.info("cell %s: %d requests, %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% of one core, "
-                 "memory %.1f GB/s%s", self.tag(self.cells[cell], member, round_), len(frame),
+        log.info("cell %s: %d requests, %d errors, aggregate %.1f tok/s, per-request %.1f tok/s, client CPU %.0f%% "
+                 "of one core, memory %.1f GB/s%s", self.tag(self.cells[cell], member, round_), len(frame),
                  int(frame.error.notna().sum()),
                  metrics["aggregate_tok_s"], metrics["per_request_tok_s"], 100 * result.client_cpu_s / result.wall_s,
                  frame["cell_mem_gbs"].iloc[0],
@@ -337,7 +337,8 @@ class Cohort:
                 for cell in self.planner.cell_order(round_, active, self.id):
                     if self.planner.over_budget(round_):
                         return
-                    todo = [m for m in seeded_order(self.ledger.due(cell, round_), self.id, cell, round_)
+                    todo = [m for m in seeded_order(self.ledger.due(cell, round_), "turns", self.seed, self.id, cell,
+                                                    round_)
                             if not self.ledger.done(cell, m, round_)]
                     if self.schedule == "sliced" and todo:
                         self.measure_sliced({m: servers[m] for m in todo}, cell, round_)
@@ -463,8 +464,8 @@ def check_cell_seconds(spec: dict, wave_s: float) -> None:
     if need > seconds:
         raise SystemExit(f"benchmark.cell_seconds: {seconds:g} s is too short for {spec['workload']} at concurrency "
                          f"{c}: its {spec['warmup']} warm-up and {spec['measured']} measured requests take ~{need:.0f} "
-                         f"s (one wave of {c} took {wave_s:.1f} s in the server warm-up's second wave); raise it or lower "
-                         "benchmark.requests_per_cell")
+                         f"s (one wave of {c} took {wave_s:.1f} s in the server warm-up's second wave); raise it or "
+                         "lower benchmark.requests_per_cell")
 
 
 def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:
