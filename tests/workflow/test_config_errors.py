@@ -61,6 +61,8 @@ CASES = [
      ["config key benchmark.precision_pct", "0 is less than or equal to the minimum of 0"]),
     ("equivalence margin not positive", lambda c: c["benchmark"].update(equivalence_pct=-1),
      ["config key benchmark.equivalence_pct", "-1 is less than or equal to the minimum of 0"]),
+    ("time box not positive", lambda c: c["benchmark"].update(cell_seconds=0),
+     ["config key benchmark.cell_seconds", "0 is less than or equal to the minimum of 0"]),
     ("unknown allocation", lambda c: c["benchmark"].update(allocation="uneven"),
      ["config key benchmark.allocation", "'uneven' is not one of ['racing', 'even']"]),
     ("fewer rounds allowed than required", lambda c: c["benchmark"].update(repeats=3, max_repeats=2),
