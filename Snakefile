@@ -1,5 +1,5 @@
 # specstudy: tune SGLang speculative decoding and fused-MoE kernels, reproducibly.
-# `snakemake --cores 4` runs the default embedded-CPU study; see README.md for SGLang on GPUs.
+# `snakemake --cores 4` runs the default embedded-CPU study; see README.md for SGLang on GPUs and Slurm.
 
 
 from snakemake.utils import min_version

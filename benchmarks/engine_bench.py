@@ -1,10 +1,10 @@
-"""Speed of the embedded engine, measured side by side in one run (issue 2, part 5).
+"""Speed of the embedded engine, measured side by side in one run.
 
 (a) no-speculation decode tok/s at concurrency 1 against transformers `generate` on the same weights;
 (b) STANDALONE steps 1..3 against no speculation, at T=0 with ignore_eos and at T=0.7 with natural EOS,
     at concurrency 1 and 16;
 (c) aggregate tok/s at concurrency 1, 4, 16, and the engine's own batching ceiling 16*t(B=1)/t(B=16)
-    from single batched forward timings (MEASURED.md, "How to read goal (c)").
+    from single batched forward timings.
 
 The Engine is driven in-process (its scheduling thread, sinks recording timestamps), not over HTTP.
 Decode tok/s of a request = (output tokens - 1) / (last token time - first token time), for the engine

@@ -1,4 +1,4 @@
-"""The measurement design's goals (issue 10), read from a finished study (and a second cold run of it).
+"""The measurement design's goals, read from a finished study (and a second cold run of it).
 
     python -m benchmarks.noise_floor --study results/embedded-cpu [--compare results-2nd-run/embedded-cpu]
 

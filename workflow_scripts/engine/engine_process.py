@@ -161,8 +161,8 @@ def compute_and_io_cores(cpus: list[int] | None) -> tuple[set[int], set[int]]:
     """(the scheduling thread's cores, the other threads' cores) under SGLANG_CPU_OMP_THREADS_BIND.
 
     SGLang binds its OpenMP compute threads to the named cores; the threads that wait on sockets (this main thread,
-    ZMQ's I/O thread) go with the front onto the rest, so that their wake-ups never land on a forward's core (on the
-    2-core AMD EPYC that gained nothing measurable: README, Client and server overhead). Unbound, both are every
+    ZMQ's I/O thread) go with the front onto the rest, so that their wake-ups never land on a forward's core (on a
+    2-core machine that gained nothing measurable: docs/measurements/client_overhead.md). Unbound, both are every
     core this process may use."""
     allowed = os.sched_getaffinity(0)
     if not cpus:

@@ -59,8 +59,8 @@ class BuildSettings:
     # CPU, where it is emulated), "float32", or "auto": bfloat16 where the CPU has native bf16, else float32
     train_dtype: str
     # fixed, so that a seed gives the same bytes on every machine: the thread count changes float reduction order.
-    # The default pair trains on 2: 1.7x faster than on 1 on a quiet 2-core AMD EPYC (float32), 1.66x slower than
-    # on 1 beside a process that kept one of its cores busy (2026-12-02, README "Model pair")
+    # The default pair trains on 2: faster than on 1 on a quiet 2-core machine, slower beside a process that keeps
+    # one of its cores busy (docs/measurements/build_budget.md)
     num_threads: int
     eval_tokens: int  # held-out tokens used for val loss, agreement and routing statistics
     greedy_eval_prompts: int  # held-out heads the target continues greedily (acceptance estimate)
@@ -98,8 +98,8 @@ _TRAIN_DTYPES = ("auto", "bfloat16", "float32")
 
 
 def native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere torch emulates it, and a 2026-12-02
-    AVX2-only AMD EPYC trained the default dense model at 26 s a step in bf16 against ~1 s in float32."""
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere torch emulates it, more than 10x
+    slower than float32 (docs/measurements/build_budget.md)."""
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 
