@@ -117,7 +117,7 @@ def speedup_chart(improvement: pd.DataFrame) -> alt.Chart:
     return (alt.layer(line, bars, zero, *_empty_layers(), data=data).properties(**PANEL)
             .facet(row=alt.Row("metric:N", title=None), column=alt.Column("workload:N"))
             .resolve_scale(y="independent")
-            .properties(title="Speedup: each setting vs the baseline, and steps N vs N−1 (95% bootstrap CI)"))
+            .properties(title="Speedup: each setting vs the baseline, and steps N vs N−1 (paired 95% CI)"))
 
 
 def acceptance_chart(summary: pd.DataFrame) -> alt.Chart:
