@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -142,6 +143,23 @@ def test_acceptance_by_position_and_cost_model(study):
     assert set(predictions.steps) == set(range(0, 7))  # analysis.predict_max_steps defaults to 6
     recommendation = pd.read_csv(res / "tables" / "recommendation.csv")
     assert recommendation.predicted_best_steps.notna().all()
+
+
+def test_the_readme_commands_read_a_finished_study(study):
+    """The README's two commands on a finished study: the A/A goals restate the study's own noise floor, and the
+    cost model refitted from the CLI prints the same analysis the study's rule wrote."""
+    res = results(study)
+
+    def run(*argv: str) -> str:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO, env=snakemake_env())
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return proc.stdout
+
+    floor = json.loads((res / "tables" / "noise_floor.json").read_text())
+    goals = run(sys.executable, "-m", "benchmarks.noise_floor", "--study", str(res))
+    assert f"noise floor ±{floor['noise_floor_pct']:.2f}%" in goals and "CI includes 0" in goals
+    refit = run(sys.executable, "-m", "workflow_scripts.analysis.cost_model", "--study", str(res))
+    assert (res / "tables" / "cost_model.md").read_text().strip() in refit
 
 
 def test_report_renders_in_a_real_browser(study):
