@@ -5,7 +5,7 @@ Why these default shapes: decoding on CPU is memory-bound per token, so the targ
 token reads a quarter of the expert weights, at batch 16 nearly all, so batching and speculative
 verification both behave as they do for production MoEs, while the whole target stays ~26 M parameters
 (~7 M active) and decodes in milliseconds. Hidden 256 / 4 layers is the dense model that trains to a
-useful loss within the 8-minute budget (MEASURED.md); the experts are upcycled copies of its MLP
+useful loss within the 8-minute budget (docs/measurements/build_budget.md); the experts are upcycled copies of its MLP
 (moe_intermediate_size = the dense intermediate size). The draft is one dense layer of the same width,
 so it starts from the target's embeddings, first layer and LM head, and is distilled on the target.
 """
