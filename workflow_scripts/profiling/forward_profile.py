@@ -22,7 +22,7 @@ measured seconds apart sees less of it than one of two medians over the whole ru
 ratios over the repeats (k = 0: 1), and `step_cost_low`/`step_cost_high` a distribution-free interval of that
 median: the j-th lowest and j-th highest ratio, j as large as keeps its coverage at 1 − 2^(−4) or more (the lowest
 and highest at 5 repeats, the 2nd at 9, the 4th at 15), whatever the noise's shape. At C=1 a step is ~3.5 ms, so
-five repeats leave its shape to the host's drift; the default is 9 (docs/cost_model.md has the measurements).
+five repeats leave its shape to the host's drift; the default is 9 (docs/measurements/cost_model_check.md).
 `seconds` is the median seconds per decode forward. The cost model takes the shape of that curve in k, fits its
 scale to the study's throughput, and widens the stated error of a step it never measured by that range.
 """
