@@ -96,7 +96,7 @@ def throughput_chart(summary: pd.DataFrame) -> alt.Chart:
 
 
 def speedup_chart(improvement: pd.DataFrame) -> alt.Chart:
-    """Improvement of each comparison (vs the baseline, and pairwise steps) in percent, with its paired 95% CI (analysis/paired.py).
+    """Improvement of each comparison (vs the baseline, and pairwise steps) in percent, with its paired 95% CI.
 
     External sources share the panels (percentages compare across hardware), drawn dashed.
     """
