@@ -42,6 +42,7 @@ test: $(STAMP) system-deps
 lint: $(STAMP)
 	snakefmt --check Snakefile rules/
 	snakemake --lint
+	python -m tools.check_diary
 
 clean-venv:
 	rm -rf $(VENV)
