@@ -23,7 +23,8 @@ from workflow_scripts.analysis.improvement import METRICS, fmt_improvement, fmt_
 from workflow_scripts.analysis.measurement import aa_markdown, design_lines, floor_sentence
 from workflow_scripts.analysis.noise import read_cohort_meta
 from workflow_scripts.analysis.paired import REAL
-from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
+from workflow_scripts.analysis.output import TABLE_CSS
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.study_config import StudyConfig
 
 

@@ -30,7 +30,8 @@ from workflow_scripts.analysis.improvement import METRICS, article_table, improv
 from workflow_scripts.analysis.lossless import lossless_table
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table, load_requests
 from workflow_scripts.analysis.noise import aa_table, noise_floor, precision_table, read_cohort_meta
-from workflow_scripts.analysis.output import atomic_write_text, html_page, write_csv
+from workflow_scripts.analysis.output import html_page, write_csv
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.recommend import recommend, score_table
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import (MEASURED, improvement_values, latency_quantiles,

@@ -45,7 +45,7 @@ import pandas as pd
 import torch
 from scipy.stats import binom
 
-from workflow_scripts.analysis.output import atomic_write_text
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.engine.scheduler import Engine
 from workflow_scripts.engine.types import SamplingParams, SpecConfig, TokenEvent
 from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS
