@@ -178,7 +178,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
     cost_model = (tables_dir / "cost_model.md").read_text(encoding="utf-8").strip()
     if cost_model:
         parts += ["## Cost model: acceptance by position, and what other steps would do", "",
-                  "Fitted to this study's own cells (`workflow_scripts/analysis/cost_model.py`); predictions carry "
+                  "Fitted to this study's own cells (`workflow_scripts/analysis/cost_model/`); predictions carry "
                   "their leave-one-setting-out error.", "", cost_model, ""]
     eos = eos_lines(summary, cfg)
     if eos:
