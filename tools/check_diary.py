@@ -47,7 +47,8 @@ def python_files(paths: Iterable[Path]) -> Iterator[Path]:
 
 def findings(paths: Iterable[Path]) -> list[str]:
     """`file:line: text` for every diary line in the .py files under `paths`."""
-    return [f"{path}:{number}: {line.strip()}" for path in python_files(paths) for number, line in diary_lines(path.read_text())]
+    return [f"{path}:{number}: {line.strip()}"
+            for path in python_files(paths) for number, line in diary_lines(path.read_text(encoding="utf-8"))]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,9 +31,9 @@ def run_tables(out_dir: Path) -> None:
     """The analysis_tables job's command line on the recorded inputs (relative paths, as Snakemake passes them)."""
     requests = sorted(str(p.relative_to(DATA)) for p in (DATA / "requests").glob("*.parquet"))
     metas = sorted(str(p.relative_to(DATA)) for p in (DATA / "benchmark").glob("*.json"))
-    argv = [sys.executable, "-m", "workflow_scripts.analysis.tables", "--config-json", (DATA / "config.json").read_text(),
-            "--requests", *requests, "--cohort-meta", *metas, "--forward-profile", "profile/forward_profile.csv",
-            "--out-dir", str(out_dir)]
+    argv = [sys.executable, "-m", "workflow_scripts.analysis.tables",
+            "--config-json", (DATA / "config.json").read_text(), "--requests", *requests, "--cohort-meta", *metas,
+            "--forward-profile", "profile/forward_profile.csv", "--out-dir", str(out_dir)]
     env = dict(os.environ, PYTHONPATH=str(REPO), HF_HUB_OFFLINE="1")
     proc = subprocess.run(argv, cwd=DATA, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-4000:]

@@ -189,7 +189,6 @@ def measured_data(summary: pd.DataFrame, hist: Histograms, cfg: StudyConfig, fam
     return SourceData(MEASURED, cells, {}, counts, geometric=False, lengths=lengths)
 
 
-
 def external_data(summary: pd.DataFrame, source: str, cfg: StudyConfig, family: list[str]) -> SourceData:
     """An external source's cells; α from its accept_length column under one α for every position."""
     rows = summary[(summary["source"] == source) & summary["setting"].isin([cfg.baseline, *family])]

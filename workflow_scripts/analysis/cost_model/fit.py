@@ -28,7 +28,6 @@ VALIDATION_COLUMNS = ["source", "left_out", "steps", "workload", "concurrency", 
                       "predicted_per_request_tok_s", "per_request_error_pct", "within_goal"]
 
 
-
 @dataclass(frozen=True)
 class StepShape:
     """What shapes the step cost: u(k, C) per (C, k) from a forward profile ({}: linear in k), half the range of u
@@ -148,7 +147,6 @@ def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     overhead = float(coef[0]) if with_overhead else 0.0
     per_draft = dict(zip((int(c) for c in concs), (float(x) for x in coef[1 if with_overhead else 0:])))
     return CostFit(overhead, per_draft, prefill_ratio, shape, gaps)
-
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,6 @@ class CostModelReport:
         return "\n".join(self.lines) + "\n"
 
 
-
 def analyse(requests: pd.DataFrame, summary: pd.DataFrame, cfg: StudyConfig,
             noise_floor_pct: float | None = None, noise_floor_text: str = "unknown",
             rounds: pd.DataFrame | None = None, profile: pd.DataFrame | None = None) -> CostModelReport:
@@ -102,8 +101,8 @@ def _skip_reason(source: str, summary: pd.DataFrame, hist: Histograms, cfg: Stud
 def _source_lines(source: str, data: SourceData, shape: StepShape, family: list[str], others: list[str],
                   validation: pd.DataFrame, error_pct: float, pred: pd.DataFrame, floor: float | None, floor_text: str,
                   rounds: pd.DataFrame | None) -> list[str]:
-    lines = [f"- Cost model, {source}: fitted on {', '.join(f'`{s}`' for s in family)}"
-             + (f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else "") + "."]
+    left_out = f" ({', '.join(f'`{s}`' for s in others)} left out: another drafter or other server args)" if others else ""
+    lines = [f"- Cost model, {source}: fitted on {', '.join(f'`{s}`' for s in family)}{left_out}."]
     lines.append(f"  - Step cost: {shape.text}.")
     if data.geometric:
         lines.append("  - From accept_length alone: one α for every draft position (no per-position acceptance), "

@@ -50,7 +50,6 @@ def committed_per_verify(alphas: Sequence[float], steps: int, lengths: np.ndarra
     return float((lengths.mean() + gap) / (verifies.mean() + gap))
 
 
-
 def geometric_alpha(accept_length: float, steps: int) -> float:
     """The one α with E_k(α) = accept_length (bisection: E_k grows with α from 1 to k + 1); NaN out of range."""
     if not 1 <= accept_length <= steps + 1:
