@@ -9,7 +9,7 @@ export PYTHONPATH := $(abspath .)
 STUDY ?= embedded-cpu
 CORES ?= 4
 
-.PHONY: study report test system-deps lint clean-venv
+.PHONY: study report test test-fast system-deps lint clean-venv
 
 $(STAMP): requirements.txt constraints.txt
 	python3 -m venv $(VENV)
@@ -39,9 +39,14 @@ system-deps:
 test: $(STAMP) system-deps
 	pytest -q -n auto --dist loadfile --durations=15 tests
 
+# the tests without the integration tier (tests/conftest.py INTEGRATION): no Snakemake, Slurm, Chromium or cohort
+test-fast: $(STAMP)
+	pytest -q -n auto --dist loadfile --durations=10 -m "not integration" tests
+
 lint: $(STAMP)
 	snakefmt --check Snakefile rules/
 	snakemake --lint
+	python -m tools.check_diary
 
 clean-venv:
 	rm -rf $(VENV)

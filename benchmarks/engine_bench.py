@@ -38,6 +38,7 @@ from workflow_scripts.engine.model import DecoderModel  # noqa: E402
 from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
 from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
+from workflow_scripts.io import atomic_write_text  # noqa: E402
 
 
 MIN_REQUESTS_PER_CELL = 4  # low-concurrency cells run several requests back to back, to average out lengths
@@ -251,9 +252,7 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n\n".join(report) + "\n"
     print(text)
     if args.out:
-        tmp_out = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp_out.write_text(text)
-        os.replace(tmp_out, args.out)
+        atomic_write_text(args.out, text)
 
 
 if __name__ == "__main__":

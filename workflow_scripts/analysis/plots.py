@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis.cost_plots import acceptance_position_chart, cost_model_chart
 from workflow_scripts.analysis.improvement import METRICS
-from workflow_scripts.analysis.output import atomic_write_text
+from workflow_scripts.io import atomic_write_text
 
 PLOTS = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model"]
 LOG2 = alt.Scale(type="log", base=2)

@@ -30,7 +30,7 @@ class StudyConfig:
     external: list[dict[str, str]] = field(default_factory=list)
     twin: str | None = None  # the control's A/A twin (benchmark.aa_control), reported apart from the settings
     precision_pct: float = 3.0
-    predict_max_steps: int = 6  # the cost model predicts steps 1..this (cost_model.py)
+    predict_max_steps: int = 6  # the cost model predicts steps 1..this (analysis/cost_model/)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> StudyConfig:

@@ -3,7 +3,7 @@
     python -m workflow_scripts.profiling.forward_profile --target results/embedded-cpu/models/target \
         --draft results/embedded-cpu/models/draft --concurrency 1 4 16 32 64 --max-steps 6 --out profile.csv
 
-The cost model (analysis/cost_model.py) used to take a step of k drafts as 1 + o + s_C·k plain decode steps: linear
+The cost model (analysis/cost_model/) used to take a step of k drafts as 1 + o + s_C·k plain decode steps: linear
 in k. The engine's step is not. At C=64 a verify carries 64·(k+1) tokens, where the MoE is compute-bound and its
 blocking (`block_m` tokens a pass over the expert weights, 256 by default) adds a pass past 256 tokens: the step
 cost the study measured at synthetic C=64 jumps between steps 3 and 4, and a line through steps 1-3 over-predicts
@@ -44,7 +44,7 @@ import pandas as pd
 import torch
 from scipy.stats import binom
 
-from workflow_scripts.analysis.output import atomic_write_text
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.engine.scheduler import Engine
 from workflow_scripts.engine.types import SamplingParams, SpecConfig, TokenEvent
 from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS

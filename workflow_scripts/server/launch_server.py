@@ -27,7 +27,7 @@ from workflow_scripts.server.chat_template import load_chat_template
 from workflow_scripts.server.cpu_binding import bind_front
 from workflow_scripts.server.engine_client import EngineClient, EngineStartError
 from workflow_scripts.server.http_api import ServerState, create_app
-from workflow_scripts.server.http_schemas import ModelLimits
+from workflow_scripts.server.request_prep import ModelLimits
 from workflow_scripts.server.metrics import ServerMetrics
 from workflow_scripts.server.server_args import ServerArgs, ServerArgsError, parse_server_args
 from workflow_scripts.server.server_generate import Generator
