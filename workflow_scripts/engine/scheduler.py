@@ -31,6 +31,7 @@ from workflow_scripts.engine.sampling import (
     RowParams, RowSeeds, choose_tokens, greedy_accept, sampling_probs, speculative_accept,
 )  # fmt: skip
 from workflow_scripts.engine.sequence import Sequence
+from workflow_scripts.engine.simulated_acceptance import SimulatedAcceptance
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, Proposal, StandaloneDrafter
 from workflow_scripts.engine.types import (
     DEFAULT_CHUNKED_PREFILL_SIZE,
@@ -173,6 +174,11 @@ class Engine:
         elif spec is not None:
             self.drafter = NgramDrafter()
         self._generator = torch.Generator().manual_seed(random_seed)  # request seeds when none is given
+        try:  # SGLANG_SIMULATE_ACC_LEN (simulated_acceptance.py), drawn from its own stream
+            self._simulated = SimulatedAcceptance.from_env() if spec is not None else None
+        except ValueError as err:
+            raise EngineConfigError(str(err)) from None
+        self._simulated_rng = torch.Generator().manual_seed(random_seed)
         self._lock = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._aborts: dict[str, str] = {}
@@ -528,7 +534,11 @@ class Engine:
             V = self.vocab_size
             target_probs = sampling_probs(logits.view(B * (K + 1), V), params.repeat(K + 1)).view(B, K + 1, V)
             accepted, nxt = speculative_accept(target_probs, proposal.tokens, proposal.probs, proposal.num, seeds)
-        drafts = proposal.tokens.tolist()
+        tokens, drafts_kept = proposal.tokens, True
+        if self._simulated is not None:
+            accepted, nxt, tokens = self._simulated.accept(proposal.tokens, logits, self._simulated_rng)
+            drafts_kept = self._simulated.token_mode == "real-draft-token"  # else the draft cache saw other tokens
+        drafts = tokens.tolist()
         nums = proposal.num.tolist()
         with self._lock:
             self._totals["verify_ct"] += B
@@ -541,5 +551,5 @@ class Engine:
             seq.accepted += m
             seq.proposed += n
             _count_correct_drafts(seq.correct_drafts_histogram, m)
-            seq.draft_len = min(seq.draft_len, committed_before + m)
+            seq.draft_len = min(seq.draft_len, committed_before + (m if drafts_kept else 0))
             self._commit(seq, row[:m] + [tok])
