@@ -18,7 +18,7 @@ def check_config(config):
     """What the schema cannot say: cross references and SGLang's speculation-flag rules, checked before any job."""
     for name, setting in config["settings"].items():
         try:
-            check_setting(name, setting)
+            check_setting(name, setting, config["engine"])
         except SettingError as err:
             raise WorkflowError(str(err))
         for workload in setting_workloads(config, name):
