@@ -23,6 +23,7 @@ include: "rules/moe.smk"
 include: "rules/benchmark.smk"
 include: "rules/profile.smk"
 include: "rules/analysis.smk"
+include: "rules/deploy.smk"
 
 
 # gathering a setting's records from its cohorts only moves files: it runs where Snakemake runs, never as a cluster
@@ -36,6 +37,7 @@ rule all:
     default_target: True
     input:
         all_outputs(),
+        deploy_outputs(),
 
 
 onsuccess:
