@@ -37,7 +37,7 @@ rule all:
     default_target: True
     input:
         all_outputs(),
-        deploy_outputs(),
+        rules.step_schedule.output,
 
 
 onsuccess:

@@ -1,17 +1,8 @@
 # From verdict to deployment: the per-batch-size step schedule and its SGLang, settings and vLLM forms.
-# Needs from common.smk: config (validated), RESULTS; from analysis.smk: ANALYSIS_CODE.
+# Needs from common.smk: config (validated), RESULTS; from analysis.smk: ANALYSIS_CODE. `rule all` asks for its outputs.
 # Code: workflow_scripts/analysis/schedule.py (docs/deployment.md).
 from workflow_scripts.analysis import rule_items
 from workflow_scripts.analysis.schedule import DEPLOY_FILES
-
-
-def deploy_outputs():
-    """Every deployment file, for `rule all`."""
-    return [
-        f"{RESULTS}/deploy/{workload}/{name}"
-        for workload in config["workloads"]
-        for name in DEPLOY_FILES
-    ] + [f"{RESULTS}/tables/step_schedule.csv", f"{RESULTS}/plots/step_schedule.svg"]
 
 
 rule step_schedule:
@@ -50,7 +41,9 @@ rule step_schedule:
         code=ANALYSIS_CODE,
         cfg=rule_items.analysis_config_json(config),
         max_batch=config["server"]["max_running_requests"],
-        deploy_dir=f"{RESULTS}/deploy",
+        deploy_dir=lambda wildcards, output: os.path.dirname(
+            os.path.dirname(output.deploy[0])
+        ),
         plot_dir=lambda wildcards, output: os.path.dirname(output.svg),
     shell:
         "python -m workflow_scripts.analysis.schedule --recommendation {input.recommendation:q}"
