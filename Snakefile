@@ -24,6 +24,7 @@ include: "rules/benchmark.smk"
 include: "rules/profile.smk"
 include: "rules/analysis.smk"
 include: "rules/deploy.smk"
+include: "rules/calibration.smk"
 
 
 # gathering a setting's records from its cohorts only moves files: it runs where Snakemake runs, never as a cluster
@@ -38,6 +39,7 @@ rule all:
     input:
         all_outputs(),
         rules.step_schedule.output,
+        rules.calibration.output if CALIBRATED else [],
 
 
 onsuccess:

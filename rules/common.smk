@@ -64,6 +64,10 @@ check_config(config)
 
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
+# whether the study has fixed-acceptance calibration cells (rules/calibration.smk)
+CALIBRATED = any(
+    s.get("simulate_acc_len") is not None for s in config["settings"].values()
+)
 ENGINE = config["engine"]
 LOGS = f"{RESULTS}/logs"
 

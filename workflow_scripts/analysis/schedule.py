@@ -28,6 +28,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.analysis.output import atomic_write_text, write_csv
 from workflow_scripts.analysis.paired import REAL
 from workflow_scripts.analysis.study_config import StudyConfig
@@ -61,7 +62,8 @@ def band_ranges(bands: dict[str, list[int]], max_batch: int) -> list[tuple[str, 
 def scheduled_algorithm(cfg: StudyConfig) -> tuple[str, dict] | None:
     """The speculative setting family the schedule switches: the algorithm with the most settings (first on a tie),
     and the lowest-steps setting of it as the template for the other keys."""
-    specs = {name: s for name, s in cfg.settings.items() if s.get("speculative_algorithm") and not s.get("speculative_adaptive")}
+    specs = {name: s for name, s in cfg.settings.items()
+             if s.get("speculative_algorithm") and not s.get("speculative_adaptive") and not is_calibration(s)}
     if not specs:
         return None
     algorithms = [s["speculative_algorithm"] for s in specs.values()]
@@ -85,6 +87,8 @@ def step_schedule(recommendation: pd.DataFrame, cfg: StudyConfig, max_batch: int
             steps, reason = 0, ""
             if not name:
                 reason = "no eligible setting measured in this band: no speculation"
+            elif is_calibration(cfg.settings.get(name, {})):
+                reason = f"{name} is a calibration setting (fixed acceptance, not the model's output): no speculation"
             elif cfg.steps(name) == 0:
                 reason = f"{name} (no speculation) scores best"
             elif family is None or cfg.settings[name].get("speculative_algorithm") != family[0]:

@@ -23,7 +23,12 @@ SPEC_KEYS = ("speculative_algorithm", *NUMBER_KEYS)
 ADAPTIVE_KEYS = ("speculative_adaptive", "speculative_adaptive_config")
 MAX_STEPS = 16  # config/schema.yaml's speculative_num_steps maximum: the highest tier a config may name
 # Setting keys that are study-side, not server flags.
-STUDY_KEYS = ("moe_config", "workloads", "extra_args", "speculative_draft_model_path", "max_running_requests")
+STUDY_KEYS = ("moe_config", "workloads", "extra_args", "speculative_draft_model_path", "max_running_requests",
+              "simulate_acc_len")
+# a calibration setting's fixed acceptance (analysis/calibration.py) reaches the server as SGLang's environment switch,
+# with the draft's real tokens committed (SGLang's default commits id 100 everywhere, which routes every position of
+# an MoE verify to the same experts and so measures a cheaper step than real text costs)
+SIMULATE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "SGLANG_SIMULATE_ACC_TOKEN_MODE")
 ALGORITHMS_WITH_DRAFT = ("STANDALONE", "EAGLE", "EAGLE3")
 LOOPBACK = "127.0.0.1"
 
@@ -43,6 +48,9 @@ def check_setting(name: str, setting: dict, engine: str = "embedded") -> None:
     )
     if problem:
         raise SettingError(f"settings.{name}: {problem}")
+    if setting.get("simulate_acc_len") is not None and not setting.get("speculative_algorithm"):
+        raise SettingError(f"settings.{name}.simulate_acc_len: fixes the acceptance of a speculative setting; "
+                           "set speculative_algorithm too")
     if problem := adaptive_problem(setting, engine):
         raise SettingError(f"settings.{name}.{problem}")
 
@@ -112,6 +120,12 @@ class ServerSpec:
     incremental_streaming: bool = False  # --incremental-streaming-output: /generate streams deltas
     enable_metrics: bool = True  # --enable-metrics: Prometheus /metrics, scraped around each cell
     api_key: str | None = None  # --api-key: see server_api_key()
+
+
+def setting_env(setting: dict) -> dict[str, str | None]:
+    """The server environment a setting asks for: its fixed acceptance, or none (None removes an inherited one)."""
+    value = setting.get("simulate_acc_len")
+    return dict(zip(SIMULATE_ENV, (str(value), "real-draft-token") if value is not None else (None, None)))
 
 
 def server_api_key(host: str) -> str | None:
