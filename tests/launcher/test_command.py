@@ -106,12 +106,14 @@ def test_logged_command_hides_the_api_key():
     assert "s3cret" not in shown and "--api-key <redacted> --port 1" in shown
 
 
-def test_adaptive_flags_pass_to_sglang_unchanged():
-    setting = {"speculative_algorithm": "EAGLE", "speculative_adaptive": True, "speculative_adaptive_config": "/c.json"}
+def test_adaptive_flags_pass_to_sglang_unchanged(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text('{"1": {"candidate_steps": [1, 3]}, "16": {"candidate_steps": [0, 1]}}')
+    setting = {"speculative_algorithm": "EAGLE", "speculative_adaptive": True, "speculative_adaptive_config": str(config)}
     check_setting("adaptive", setting, "sglang")
     argv = build_command(ServerSpec("sglang", "/ckpt/qwen", "/ckpt/eagle", "127.0.0.1", 32, 0), setting, port=30000)
     at = argv.index("--speculative-adaptive")
-    assert argv[at + 1: at + 3] == ["--speculative-adaptive-config", "/c.json"]
+    assert argv[at + 1: at + 3] == ["--speculative-adaptive-config", str(config)]
 
 
 def test_a_calibration_setting_sets_sglangs_simulation_switch():
