@@ -60,6 +60,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, nargs="+", default=[1, 2, 3])
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--new-tokens", type=int, default=48)
+    p.add_argument("--requests-per-slot", type=int, default=4, help="a cell runs this many requests per concurrency")
     args = p.parse_args()
     torch.manual_seed(0)
     params = SamplingParams(temperature=0.0, max_new_tokens=args.new_tokens, ignore_eos=True)
@@ -76,7 +77,7 @@ def main() -> int:
     try:
         for rep in range(args.repeats):
             for c in args.concurrency:
-                prompts = [torch.randint(3, 400, (32,)).tolist() for _ in range(2 * c)]
+                prompts = [torch.randint(3, 400, (32,)).tolist() for _ in range(args.requests_per_slot * c)]
                 for name, engine in engines.items():
                     results.setdefault((name, c), []).append(aggregate(engine, prompts, params, c))
     finally:

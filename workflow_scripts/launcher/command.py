@@ -13,8 +13,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from workflow_scripts.engine.adaptive import DEFAULT_ADAPTIVE_CONFIG as DEFAULT_ADAPTIVE_TIERS
-from workflow_scripts.engine.adaptive import adaptive_unsupported_reason, batch_entries, candidate_steps
+from workflow_scripts.engine.adaptive import (
+    DEFAULT_ADAPTIVE_CONFIG, adaptive_unsupported_reason, batch_entries, candidate_steps,
+)  # fmt: skip
 from workflow_scripts.speculation_rules import NUMBER_KEYS, as_flag, speculation_problem
 
 # Setting keys that become server flags, in the order SGLang's docs list them.
@@ -87,14 +88,12 @@ def adaptive_problem(setting: dict, engine: str) -> str | None:
         return f"speculative_eagle_topk: {topk} with speculative_adaptive; SGLang adapts topk 1 only"
     if engine == "sglang" and (reason := adaptive_unsupported_reason(algorithm, topk)):
         return f"speculative_algorithm: SGLang 0.5.23 does not adapt {reason} and would run static steps"
-    tiers = candidate_steps(DEFAULT_ADAPTIVE_TIERS) if path is None else None
-    if path is not None:
-        try:
-            tiers = candidate_steps(read_adaptive_config(path))
-        except FileNotFoundError:
-            return f"speculative_adaptive_config: {path} does not exist"
-        except (ValueError, AttributeError, TypeError) as err:
-            return f"speculative_adaptive_config: {path}: {err}"
+    try:
+        tiers = candidate_steps(DEFAULT_ADAPTIVE_CONFIG if path is None else read_adaptive_config(path))
+    except FileNotFoundError:
+        return f"speculative_adaptive_config: {path} does not exist"
+    except (ValueError, AttributeError, TypeError) as err:
+        return f"speculative_adaptive_config: {path}: {err}"
     if tiers[-1] > MAX_STEPS:
         return f"speculative_adaptive_config: tier {tiers[-1]} is above speculative_num_steps' maximum {MAX_STEPS}"
     steps = setting.get("speculative_num_steps")
