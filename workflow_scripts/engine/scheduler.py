@@ -283,8 +283,8 @@ class Engine:
             "total_generated_tokens": t["generated"],
             "total_prefill_tokens": t["prefill_tokens"],
             "total_forwards": sum(t[f"{mode}_forwards"] for mode in FORWARD_MODES),
-            "total_stall_forwards": t["stall_forwards"],
-            "total_adaptive_switches": t["adaptive_switches"],  # tier changes under --speculative-adaptive  # prefill-only forwards that running sequences waited for
+            "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
+            "total_adaptive_switches": t["adaptive_switches"],  # tier changes under --speculative-adaptive
             # wall and CPU time and count of each kind of forward (total_mixed_forwards among them), drafting and
             # verifying included (SGLang's ForwardMode names): what share of a cell a speculative setting can speed up
             # at all (the prefill's is not), and what one speculative step costs against a plain decode step
