@@ -104,5 +104,6 @@ def test_overlapping_or_unsorted_bands_name_the_key(bands, fragment):
 
 
 def test_ranges_cover_every_batch_size_once():
-    ranges = band_ranges({"a": [1, 2], "b": [8], "c": [32]}, 48)
-    assert ranges == [("a", 1, 7), ("b", 8, 31), ("c", 32, 48)]
+    assert band_ranges({"a": [1, 2], "b": [8], "c": [32]}, 48) == [("a", 1, 7), ("b", 8, 31), ("c", 32, 48)]
+    # in any key order (the rules pass the config with sorted keys); the first band from 1; none past the server's
+    assert band_ranges({"high": [32, 64], "low": [2, 4], "mid": [16]}, 20) == [("low", 1, 15), ("mid", 16, 20)]

@@ -53,10 +53,13 @@ def bands_problem(bands: dict[str, list[int]]) -> str | None:
 
 
 def band_ranges(bands: dict[str, list[int]], max_batch: int) -> list[tuple[str, int, int]]:
-    """(band, first batch size, last batch size): each band holds until the next one starts."""
-    starts = [(name, concs[0]) for name, concs in bands.items()]
-    return [(name, start, (starts[i + 1][1] - 1) if i + 1 < len(starts) else max(max_batch, start))
-            for i, (name, start) in enumerate(starts)]
+    """(band, first batch size, last batch size), bands in the order of their smallest concurrency: each holds until
+    the next one starts; the first serves from batch 1 (a smaller batch than any measured takes the nearest band's
+    choice, as SGLang routes it), the last up to `max_batch`, and a band starting above `max_batch` is dropped
+    (the server never runs such a batch)."""
+    starts = sorted(((concs[0], name) for name, concs in bands.items() if concs[0] <= max_batch))
+    return [(name, 1 if i == 0 else start, (starts[i + 1][0] - 1) if i + 1 < len(starts) else max_batch)
+            for i, (start, name) in enumerate(starts)]
 
 
 def scheduled_algorithm(cfg: StudyConfig) -> tuple[str, dict] | None:
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot-dir", type=Path, help="where step_schedule.html and .svg go (with --summary)")
     args = p.parse_args(argv)
     cfg = StudyConfig.from_dict(json.loads(args.config_json))
-    if problem := bands_problem(cfg.bands):
+    if problem := bands_problem(dict(sorted(cfg.bands.items(), key=lambda item: item[1][0]))):
         print(problem, file=sys.stderr)
         return 2
     schedule = step_schedule(pd.read_csv(args.recommendation), cfg, args.max_batch)
