@@ -6,7 +6,8 @@ Engines are driven in-process (engine/closed_loop.py), every cell of a repeat in
   plain decode steps, a' the cell's own tokens per verify; at one k, two acceptances must give one r;
 - STANDALONE steps k with the draft's real acceptance: its speedup against E_measured ÷ r(k, C), the calibrated
   prediction, and against (k + 1) ÷ r(k, C), the bound at perfect acceptance;
-- adaptive (SGLang's rule over the static steps' tiers, one batch-size entry) against the best static steps.
+- adaptive (SGLang's rule over the static steps' tiers, one batch-size entry) against the best static steps, and
+  adaptive with the middle steps as its only tier against those static steps: the cost of enabling it.
 
     python benchmarks/calibration_bench.py --target /work/smoke_pair/target --draft /work/smoke_pair/draft
 """
@@ -70,7 +71,9 @@ def main() -> int:
         setups[f"steps{k}"] = (k, None, None)
         setups[f"cal{k}_acc2"] = (k, 2.0, None)
     setups[f"cal{args.steps[-1]}_acc{args.steps[-1] + 1}"] = (args.steps[-1], float(args.steps[-1] + 1), None)
-    setups["adaptive"] = (args.steps[len(args.steps) // 2], None, tiers)
+    middle = args.steps[len(args.steps) // 2]
+    setups["adaptive"] = (middle, None, tiers)
+    setups[f"adaptive_only{middle}"] = (middle, None, {"1": {"candidate_steps": [middle]}})
     slots = max(args.concurrency)
     engines = {name: build(args.target, args.draft, k, a, ad, slots) for name, (k, a, ad) in setups.items()}
     results: dict[tuple[str, int], list[tuple[float, float]]] = {}
