@@ -62,6 +62,35 @@ def test_artifacts_exist(study):
     assert len(measured) == len(SMOKE["settings"]) * CELLS  # the twin is reported apart, in aa.csv
 
 
+def test_step_schedule_deploys_what_the_study_decided(study, monkeypatch):
+    """The schedule rule's files: one band row per workload × band, and each workload's settings entry read back
+    validates as a setting, builds the server command with the SGLang config it names, and that config routes every
+    batch size to its band's steps."""
+    from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, load_adaptive_config
+    from workflow_scripts.launcher.command import ServerSpec, build_command, check_setting
+
+    res = results(study)
+    schedule = pd.read_csv(res / "tables" / "step_schedule.csv")
+    slots = SMOKE_VALIDATED["server"]["max_running_requests"]
+    bands = [b for b, concs in SMOKE_VALIDATED["analysis"]["bands"].items() if concs[0] <= slots]  # none past the server's
+    assert len(schedule) == len(SMOKE["workloads"]) * len(bands) and schedule["reason"].str.len().min() > 0
+    assert schedule.groupby("workload")["batch_to"].max().eq(slots).all()
+    assert (res / "plots" / "step_schedule.svg").stat().st_size > 0
+    spec = ServerSpec("embedded", "/m/target", "/m/draft", "127.0.0.1", 8, 0)
+    monkeypatch.chdir(study)  # the entry names its config relative to the study's working directory, as Snakemake runs
+    for workload, rows in schedule.groupby("workload"):
+        (name, setting), = yaml.safe_load((res / "deploy" / workload / "settings.yaml").read_text())["settings"].items()
+        check_setting(name, setting)
+        if not rows["steps"].any():
+            assert not setting.get("speculative_adaptive")  # nothing speculates: a plain setting
+            continue
+        argv = build_command(spec, setting, port=30000)
+        config = argv[argv.index("--speculative-adaptive-config") + 1]
+        rule = AdaptiveSpeculativeParams(setting["speculative_num_steps"], load_adaptive_config(config))
+        for r in rows.itertuples():
+            assert all(rule.steps_for_batch(b) == r.steps for b in range(r.batch_from, r.batch_to + 1))
+
+
 def test_every_request_accounted_for_and_values_sane(study):
     res = results(study)
     frames = pd.concat(pd.read_parquet(res / "requests" / f"{s}.parquet") for s in MEMBERS)

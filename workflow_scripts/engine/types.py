@@ -73,6 +73,9 @@ class SpecConfig:
     eagle_topk: int  # only 1 supported
     num_draft_tokens: int  # == num_steps + 1 with topk 1
     draft_model_path: Path | None  # required for STANDALONE, None for NGRAM
+    # --speculative-adaptive: SGLang's adaptive config (engine/adaptive.py) whose tiers replace num_steps at run
+    # time, num_steps being the starting tier; None = static steps
+    adaptive_config: dict | None = None
 
 
 @dataclass(frozen=True)

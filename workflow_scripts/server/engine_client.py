@@ -70,6 +70,7 @@ def engine_config(args: ServerArgs, requests_address: str, outputs_address: str)
             "eagle_topk": spec.eagle_topk,
             "num_draft_tokens": spec.num_draft_tokens,
             "draft_model_path": str(spec.draft_model_path) if spec.draft_model_path else None,
+            "adaptive_config": spec.adaptive_config,
         },
     }
 
