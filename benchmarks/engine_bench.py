@@ -38,19 +38,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from tqdm import tqdm  # noqa: E402
 
-from workflow_scripts.client.cell import CellPlan  # noqa: E402
-from workflow_scripts.client.cell import run_cell as run_http_cell  # noqa: E402
-from workflow_scripts.client.prompts import Prompt  # noqa: E402
 from workflow_scripts.engine.model import DecoderModel  # noqa: E402
 from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
-from workflow_scripts.engine.types import SamplingParams, SpecConfig, TokenEvent  # noqa: E402
-from workflow_scripts.launcher.command import ServerSpec, build_command  # noqa: E402
-from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: E402
+from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
+from workflow_scripts.launcher.process import ServerProcess  # noqa: E402
+from workflow_scripts.profiling.served_overhead import served_cell, start_server  # noqa: E402
 
 
 MIN_REQUESTS_PER_CELL = 4  # low-concurrency cells run several requests back to back, to average out lengths
-SERVER_STARTUP_TIMEOUT_S = 300
 TOKENIZER_FILES = 60  # the random pair's tokenizer: the smoke preset's corpus size, trained in about 2 s
 
 
@@ -94,48 +90,6 @@ def aggregate_tok_s(cell: list[Timed]) -> float:
 def accept_length(cell: list[Timed]) -> float:
     verify = sum(r.final.spec_verify_ct for r in cell)
     return sum(r.tokens for r in cell) / verify if verify else float("nan")
-
-
-def server_setting(spec: SpecConfig | None) -> dict:
-    """The study's setting (SGLang's flags, underscored) of one engine setting."""
-    if spec is None:
-        return {}
-    return {"speculative_algorithm": spec.algorithm, "speculative_num_steps": spec.num_steps,
-            "speculative_eagle_topk": spec.eagle_topk, "speculative_num_draft_tokens": spec.num_draft_tokens}
-
-
-def start_server(target: Path, draft: Path, spec: SpecConfig | None, max_c: int, threads: int, dtype: str,
-                 mixed: bool, log_dir: Path) -> ServerProcess:
-    """One setting's embedded server, started as the study starts it (same launcher, same flags)."""
-    port = free_port()
-    server = ServerSpec("embedded", str(target), str(draft), "127.0.0.1", max_c, 0, num_threads=threads,
-                        incremental_streaming=True)
-    extra = ["--dtype", dtype] + (["--enable-mixed-chunk"] if mixed else [])
-    proc = ServerProcess(build_command(server, {**server_setting(spec), "extra_args": extra}, port),
-                         log_dir / f"server_{port}.log", f"http://127.0.0.1:{port}", SERVER_STARTUP_TIMEOUT_S)
-    proc.start()
-    return proc
-
-
-def http_params(params: SamplingParams) -> dict:
-    return {"temperature": params.temperature, "top_p": params.top_p, "top_k": params.top_k,
-            "max_new_tokens": params.max_new_tokens, "ignore_eos": params.ignore_eos}
-
-
-def served_cell(url: str, prompts: list[list[int]], params: SamplingParams, concurrency: int) -> list[Timed]:
-    """A closed-loop cell through HTTP with the study's client, as Timed records: each streamed chunk's tokens at
-    the chunk's arrival time, as the in-process sink stamps one engine step's tokens."""
-    plan = CellPlan(concurrency=concurrency, warmup=0, measured=len(prompts), incremental=True)
-    result = run_http_cell(url, plan, [Prompt(i, input_ids=p) for i, p in enumerate(prompts)], http_params(params),
-                           "bench")
-    cell = []
-    for r in result.records:
-        if r.error is not None:
-            raise RuntimeError(f"served request {r.request_id} failed: {r.error}")
-        times = [t for t, n in zip(r.chunk_ts, r.chunk_tokens) for _ in range(n)]
-        final = TokenEvent(r.request_id, [], True, None, r.output_tokens, r.spec_verify_ct or 0, 0, 0)
-        cell.append(Timed(r.send_ts, times, len(times), final, r.output_ids))
-    return cell
 
 
 def hf_decode_tok_s(model, prompt: list[int], new_tokens: int) -> float:
@@ -239,8 +193,9 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if not args.no_served:
             for name, spec in settings.items():
-                servers[name] = start_server(args.target, args.draft, spec, max_c, args.threads, args.dtype,
-                                             args.enable_mixed_chunk, Path(log_dir.name))
+                extra = ["--dtype", args.dtype] + (["--enable-mixed-chunk"] if args.enable_mixed_chunk else [])
+                servers[name] = start_server(args.target, args.draft, spec, max_c, args.threads, Path(log_dir.name),
+                                             extra)
         from transformers import AutoModelForCausalLM
 
         hf = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).eval()
