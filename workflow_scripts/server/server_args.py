@@ -99,7 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-seed", type=int, default=None, help="default: a random seed, reported by /server_info")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--context-length", type=int, default=None, help="default: the model's max_position_embeddings")
-    p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (ours, not SGLang's)")
+    p.add_argument("--num-threads", type=int, default=None,
+                   help="torch intra-op threads (ours, not SGLang's); default $SPECSTUDY_ENGINE_THREADS, else 1")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                    help="weights and activations; auto = config.json's torch_dtype (float32 for the built pair)")
     p.add_argument("--speculative-algorithm", default=None, choices=SPEC_ALGORITHMS)
