@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import requests
 
 from workflow_scripts.engine.torch_setup import DEFAULT_THREADS, THREADS_ENV
@@ -59,3 +60,12 @@ def test_served_engine_torch_setup_equals_the_in_process_engine(smoke_pair, tmp_
     assert served == expected
     assert served["num_threads"] == DEFAULT_THREADS
     assert served["inference_mode"] and not served["grad_enabled"]
+
+
+def test_bad_thread_variable_is_refused_naming_it(smoke_pair, monkeypatch):
+    """With no --num-threads the variable decides; a bad value stops the server before any process starts."""
+    from workflow_scripts.server.server_args import ServerArgsError, parse_server_args
+
+    monkeypatch.setenv(THREADS_ENV, "0")
+    with pytest.raises(ServerArgsError, match=f"{THREADS_ENV}='0': must be >= 1"):
+        parse_server_args(["--model-path", str(smoke_pair[0])])

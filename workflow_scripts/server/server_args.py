@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SpecConfig, chunked_prefill_problem
+from workflow_scripts.engine.torch_setup import engine_threads
+from workflow_scripts.engine.types import (
+    DEFAULT_CHUNKED_PREFILL_SIZE, EngineConfigError, SpecConfig, chunked_prefill_problem,
+)  # fmt: skip
 from workflow_scripts.server.cpu_binding import CpuBindingError, engine_cpus
 from workflow_scripts.speculation_rules import speculation_problem
 
@@ -177,6 +180,10 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
     ns = build_parser().parse_args(list(argv))
     for name in ("max_running_requests", "num_threads", "stream_interval"):
         _check_positive(ns, name)
+    try:
+        engine_threads(ns.num_threads)  # $SPECSTUDY_ENGINE_THREADS, when no --num-threads: refused here, by name
+    except EngineConfigError as err:
+        raise ServerArgsError(str(err)) from None
     if ns.api_key is not None and not ns.api_key.strip():
         raise ServerArgsError("--api-key must not be empty")
     _check_positive(ns, "context_length", minimum=2)
