@@ -60,6 +60,10 @@ def test_artifacts_exist(study):
     summary = pd.read_csv(res / "tables" / "summary.csv")
     measured = summary[summary.source == "measured"]
     assert len(measured) == len(SMOKE["settings"]) * CELLS  # the twin is reported apart, in aa.csv
+    # the server's cost, measured at the start of the run on the engine the study serves, and in the summary
+    served = json.loads((res / "profile" / "served_overhead.json").read_text())
+    assert served["ratio"] > 0 and served["engine_torch"] == served["in_process_torch"]
+    assert f"ran at {served['ratio']:.2f} of the same engine in-process" in (res / "summary.md").read_text()
 
 
 def test_step_schedule_deploys_what_the_study_decided(study, monkeypatch):

@@ -24,6 +24,7 @@ from workflow_scripts.analysis.measurement import aa_markdown, design_lines, flo
 from workflow_scripts.analysis.noise import read_cohort_meta
 from workflow_scripts.analysis.paired import REAL
 from workflow_scripts.analysis.output import TABLE_CSS
+from workflow_scripts.analysis.server_cost import server_cost_lines
 from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.study_config import StudyConfig
 
@@ -161,6 +162,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
         "round), never 0.", "",
         "## Headline", *headline(improvement, summary, list(cfg.settings)), "",
         "## How it was measured", "", floor_sentence(floor, aa), "", *design_lines(metas, precision), "",
+        *server_cost_lines(tables_dir.parent / "profile" / "served_overhead.json"),
         *(["A/A differences (twin vs control, paired by round):", "", aa_markdown(aa), ""] if len(aa) else []),
         "## Recommendation", "",
         "Per concurrency band and workload, the setting with the highest median − 1.4826·MAD of its tok/s; "

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -34,6 +33,7 @@ from workflow_scripts.engine.sampling import (
 from workflow_scripts.engine.sequence import Sequence
 from workflow_scripts.engine.simulated_acceptance import SimulatedAcceptance
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, Proposal, StandaloneDrafter
+from workflow_scripts.engine.torch_setup import configure_torch, torch_config
 from workflow_scripts.engine.types import (
     DEFAULT_CHUNKED_PREFILL_SIZE,
     FORWARD_MODES,
@@ -50,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 ALGORITHMS = ("STANDALONE", "NGRAM")
 DEFAULT_CONTEXT_LENGTH = 2048
-THREADS_ENV = "SPECSTUDY_ENGINE_THREADS"
 # the per-mode totals the engine keeps: the wall time, the engine thread's CPU time and the number of its forwards
 FORWARD_TOTALS = tuple(f"{mode}_{what}" for mode in FORWARD_MODES for what in ("seconds", "cpu_seconds", "forwards"))
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default: bounds a prefill batch when chunking is off
@@ -136,9 +135,7 @@ class Engine:
             raise EngineConfigError(f"--max-running-requests must be >= 1, got {max_running_requests}")
         if problem := chunked_prefill_problem(chunked_prefill_size):
             raise EngineConfigError(problem)
-        threads = num_threads or int(os.environ.get(THREADS_ENV, "0"))
-        if threads > 0:
-            torch.set_num_threads(threads)
+        configure_torch(num_threads)
         if spec is not None:
             validate_spec(spec)
         self.target = DecoderModel(Path(model_path), dtype)
@@ -201,16 +198,20 @@ class Engine:
         # whether the engine thread's CPU clock holds a forward's whole work: only when torch computes on that
         # thread alone; set by the thread itself (torch's thread count is per thread)
         self._cpu_clock_whole: bool | None = None
+        self.torch_config: dict = {}  # the scheduling thread's torch setup (torch_setup.torch_config), once started
+        self._loop_ready = threading.Event()
         self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
                         "stall_forwards": 0, "prefill_tokens": 0, "adaptive_switches": 0, **dict.fromkeys(FORWARD_TOTALS, 0)}
 
     # ---- public, thread-safe -------------------------------------------------------------
     def start(self) -> None:
-        """Start the scheduling thread (idempotent)."""
+        """Start the scheduling thread (idempotent); returns once it has read its torch setup."""
         if self._thread is None:
             self._stopping = False
+            self._loop_ready.clear()
             self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
             self._thread.start()
+            self._loop_ready.wait()
 
     def stop(self) -> None:
         """Stop the loop; requests still held get a final abort event."""
@@ -298,6 +299,8 @@ class Engine:
     def _loop(self) -> None:
         self._cpu_clock_whole = torch.get_num_threads() == 1
         with torch.inference_mode():
+            self.torch_config = torch_config()
+            self._loop_ready.set()
             while True:
                 with self._lock:
                     while not self._stopping and not self._running and not self._waiting and self._chunked is None:

@@ -87,7 +87,7 @@ def build_state(args: ServerArgs, engine: EngineClient, tokenizer) -> ServerStat
             encode=lambda text: tokenizer.encode(text).ids,
             chat_prompt=chat_prompt,
         ),
-        server_info={**args.to_dict(), "engine": "specstudy-embedded"},
+        server_info={**args.to_dict(), "engine": "specstudy-embedded", "engine_torch": engine.info["torch"]},
         model_info={
             "model_path": args.model_path,
             "served_model_name": args.served_model_name,

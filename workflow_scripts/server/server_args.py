@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import NoReturn
 
 from workflow_scripts.engine.adaptive import candidate_steps, initial_steps, load_adaptive_config
-from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SpecConfig, chunked_prefill_problem
+from workflow_scripts.engine.torch_setup import engine_threads
+from workflow_scripts.engine.types import (
+    DEFAULT_CHUNKED_PREFILL_SIZE, EngineConfigError, SpecConfig, chunked_prefill_problem,
+)  # fmt: skip
 from workflow_scripts.server.cpu_binding import CpuBindingError, engine_cpus
 from workflow_scripts.speculation_rules import speculation_problem
 
@@ -103,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-seed", type=int, default=None, help="default: a random seed, reported by /server_info")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--context-length", type=int, default=None, help="default: the model's max_position_embeddings")
-    p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (ours, not SGLang's)")
+    p.add_argument("--num-threads", type=int, default=None,
+                   help="torch intra-op threads (ours, not SGLang's); default $SPECSTUDY_ENGINE_THREADS, else 1")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                    help="weights and activations; auto = config.json's torch_dtype (float32 for the built pair)")
     p.add_argument("--speculative-algorithm", default=None, choices=SPEC_ALGORITHMS)
@@ -207,6 +211,10 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
     ns = build_parser().parse_args(list(argv))
     for name in ("max_running_requests", "num_threads", "stream_interval"):
         _check_positive(ns, name)
+    try:
+        engine_threads(ns.num_threads)  # $SPECSTUDY_ENGINE_THREADS, when no --num-threads: refused here, by name
+    except EngineConfigError as err:
+        raise ServerArgsError(str(err)) from None
     if ns.api_key is not None and not ns.api_key.strip():
         raise ServerArgsError("--api-key must not be empty")
     _check_positive(ns, "context_length", minimum=2)
