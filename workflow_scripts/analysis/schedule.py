@@ -29,7 +29,8 @@ import pandas as pd
 import yaml
 
 from workflow_scripts.analysis.calibration import is_calibration
-from workflow_scripts.analysis.output import atomic_write_text, write_csv
+from workflow_scripts.analysis.output import write_csv
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.paired import REAL
 from workflow_scripts.analysis.study_config import StudyConfig
 
