@@ -1,5 +1,5 @@
 # specstudy: tune SGLang speculative decoding and fused-MoE kernels, reproducibly.
-# `snakemake --cores 4` runs the default embedded-CPU study; see README.md for SGLang on GPUs.
+# `snakemake --cores 4` runs the default embedded-CPU study; see README.md for SGLang on GPUs and Slurm.
 
 
 from snakemake.utils import min_version
@@ -23,6 +23,8 @@ include: "rules/moe.smk"
 include: "rules/benchmark.smk"
 include: "rules/profile.smk"
 include: "rules/analysis.smk"
+include: "rules/deploy.smk"
+include: "rules/calibration.smk"
 
 
 # gathering a setting's records from its cohorts only moves files: it runs where Snakemake runs, never as a cluster
@@ -36,6 +38,8 @@ rule all:
     default_target: True
     input:
         all_outputs(),
+        rules.step_schedule.output,
+        rules.calibration.output if CALIBRATED else [],
 
 
 onsuccess:

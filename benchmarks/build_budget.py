@@ -1,4 +1,4 @@
-"""Time the model-pair build against its budget (issue 2): default <= 8 min, smoke <= 60 s, agreement >= 0.55.
+"""Time the model-pair build against its budget: default <= 8 min, smoke <= 60 s, agreement >= 0.55.
 
 Runs the real CLI in a subprocess per preset and reads the phase times and quality from build_info.json.
 The machine's load average is printed beside each run, because a shared CPU stretches wall time.

@@ -2,7 +2,7 @@
 round after round, so a change in machine load hits all settings alike (a study measures one setting after the
 other, minutes apart, and on a shared machine the load drifts between them).
 
-Fits the model (workflow_scripts/analysis/cost_model.py, unchanged) on baseline + steps 1..--fit-max, predicts the
+Fits the model (workflow_scripts/analysis/cost_model/, unchanged) on baseline + steps 1..--fit-max, predicts the
 larger steps, then reports the leave-one-setting-out errors over every measured speculative setting and the
 prediction errors of the steps it never saw. The engine runs in-process (no HTTP), T=0 random-id prompts with
 ignore_eos, as the synthetic workload.
@@ -23,8 +23,9 @@ import torch
 from tqdm import tqdm
 
 from benchmarks.engine_bench import aggregate_tok_s, make_prompts
-from workflow_scripts.analysis.cost_model import MEASURED, analyse
+from workflow_scripts.analysis.cost_model.report import analyse
 from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.summarize import MEASURED
 from workflow_scripts.engine.closed_loop import run_cell
 from workflow_scripts.engine.scheduler import Engine
 from workflow_scripts.engine.types import SamplingParams, SpecConfig

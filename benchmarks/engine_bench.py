@@ -1,12 +1,16 @@
-"""Speed of the embedded engine, measured side by side in one run (issue 2, part 5).
+"""Speed of the embedded engine, measured side by side in one run.
 
 (a) no-speculation decode tok/s at concurrency 1 against transformers `generate` on the same weights;
 (b) STANDALONE steps 1..3 against no speculation, at T=0 with ignore_eos and at T=0.7 with natural EOS,
     at concurrency 1 and 16;
 (c) aggregate tok/s at concurrency 1, 4, 16, and the engine's own batching ceiling 16*t(B=1)/t(B=16)
-    from single batched forward timings (MEASURED.md, "How to read goal (c)").
+    from single batched forward timings.
 
-The Engine is driven in-process (its scheduling thread, sinks recording timestamps), not over HTTP.
+The Engine is driven in-process (its scheduling thread, sinks recording timestamps). Beside each in-process row of
+(a) and of (b) at concurrency 1 and 16 stands a "served" row: the same engine and setting behind the HTTP server,
+started as the study starts it (`launcher.command.build_command`, with the study's incremental streaming) and
+driven by the study's client (`client.cell.run_cell`) on the same prompts; "served ÷ in-process" is what the
+server's two processes and the client cost (docs/embedded_engine_served.md). `--no-served` leaves them out.
 Decode tok/s of a request = (output tokens - 1) / (last token time - first token time), for the engine
 and for transformers alike (a streamer records transformers' token times). Aggregate tok/s of a cell =
 all output tokens / (last finish - first submit); a cell keeps `concurrency` requests in flight and runs
@@ -38,13 +42,19 @@ from workflow_scripts.engine.model import DecoderModel  # noqa: E402
 from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
 from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
+from workflow_scripts.io import atomic_write_text  # noqa: E402
+from workflow_scripts.launcher.process import ServerProcess  # noqa: E402
+from workflow_scripts.profiling.served_overhead import served_cell, start_server  # noqa: E402
 
 
 MIN_REQUESTS_PER_CELL = 4  # low-concurrency cells run several requests back to back, to average out lengths
+TOKENIZER_FILES = 60  # the random pair's tokenizer: the smoke preset's corpus size, trained in about 2 s
 
 
 def random_pair(out: Path) -> tuple[Path, Path]:
-    """Random weights shaped like the default preset (realistic, non-degenerate routing: init std 0.1)."""
+    """Random weights shaped like the default preset (realistic, non-degenerate routing: init std 0.1), with a
+    tokenizer of the preset's vocabulary trained on the corpus's first files (the server needs one)."""
+    from workflow_scripts.models import corpus, tokenizer
     from workflow_scripts.models.architecture import draft_config, target_config
     from workflow_scripts.models.presets import resolve
 
@@ -55,6 +65,9 @@ def random_pair(out: Path) -> tuple[Path, Path]:
     for cfg, cls, name in ((target_config(settings), Qwen3MoeForCausalLM, "target"), (draft_config(settings), Qwen3ForCausalLM, "draft")):
         cfg.initializer_range = 0.1
         cls(cfg).save_pretrained(out / name)
+    tok = tokenizer.train_tokenizer(corpus.build_corpus(TOKENIZER_FILES).train_docs, settings.vocab_size)
+    for name in ("target", "draft"):
+        tokenizer.save_tokenizer(tok, out / name)
     return out / "target", out / "draft"
 
 
@@ -147,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--steps", default="1,2,3")
     ap.add_argument("--concurrency", default="1,4,16")
     ap.add_argument("--enable-mixed-chunk", action="store_true", help="every engine mixes prefill chunks into decode forwards")
+    ap.add_argument("--no-served", action="store_true", help="leave out the served rows (no HTTP servers)")
     ap.add_argument("--out", type=Path, help="also write the markdown report here")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)  # shows which MoE config is used
@@ -173,8 +187,16 @@ def main(argv: list[str] | None = None) -> None:
     vocab = engines["none"].vocab_size
     report = [f"# Engine benchmark\n\nPair: `{args.target}` + `{args.draft}` ({source}). Threads: {args.threads}. dtype: {args.dtype}. "
               f"New tokens: {N}. Repeats: {args.repeats} (median). Mixed prefill: {'on' if args.enable_mixed_chunk else 'off'}. "
-              "Engine driven in-process (threads), not over HTTP."]
+              "Engine driven in-process (threads)" + ("." if args.no_served else
+              "; each served row is the same setting's server over HTTP, started as the study starts it.")]
+    servers: dict[str, ServerProcess] = {}
+    log_dir = tempfile.TemporaryDirectory(prefix="engine_bench_servers_")
     try:
+        if not args.no_served:
+            for name, spec in settings.items():
+                extra = ["--dtype", args.dtype] + (["--enable-mixed-chunk"] if args.enable_mixed_chunk else [])
+                servers[name] = start_server(args.target, args.draft, spec, max_c, args.threads, Path(log_dir.name),
+                                             extra)
         from transformers import AutoModelForCausalLM
 
         hf = AutoModelForCausalLM.from_pretrained(args.target, dtype=getattr(torch, args.dtype)).eval()
@@ -186,14 +208,22 @@ def main(argv: list[str] | None = None) -> None:
 
         # (a) engine vs transformers at concurrency 1, interleaved
         run_cell(engines["none"], synth[:1], greedy, 1)  # warm-up
-        a_engine, a_hf = [], []
+        for name, server in servers.items():
+            served_cell(server.base_url, synth[:1], greedy, 1)
+        a_engine, a_hf, a_served = [], [], []
         for _ in tqdm(range(args.repeats), desc="(a) vs transformers"):
             for prompt in synth[:2]:
                 a_hf.append(hf_decode_tok_s(hf, prompt, N))
                 a_engine.append(run_cell(engines["none"], [prompt], greedy, 1)[0].decode_tok_s)
+                if servers:
+                    a_served.append(served_cell(servers["none"].base_url, [prompt], greedy, 1)[0].decode_tok_s)
         eng, ref = statistics.median(a_engine), statistics.median(a_hf)
-        report.append("## (a) No-speculation decode, concurrency 1 (goal >= 1.5x)\n\n" + md_table(
-            ["engine", "decode tok/s", "ratio"], [["transformers generate", ref, 1.0], ["embedded engine", eng, eng / ref]]))
+        a_rows = [["transformers generate", ref, 1.0, ""], ["embedded engine", eng, eng / ref, ""]]
+        if a_served:
+            served = statistics.median(a_served)
+            a_rows.append(["embedded engine, served", served, served / ref, served / eng])
+        report.append("## (a) No-speculation decode, concurrency 1 (goal >= 1.5x; served >= 1.3x)\n\n" + md_table(
+            ["engine", "decode tok/s", "ratio", "served ÷ in-process"], a_rows))
 
         # (b) + (c): every setting x mode x concurrency, interleaved across settings per repeat
         cells: dict[tuple, list[list[Timed]]] = {}
@@ -209,6 +239,9 @@ def main(argv: list[str] | None = None) -> None:
                         continue
                     n = max(c, MIN_REQUESTS_PER_CELL)
                     cells.setdefault((name, mode, c), []).append(run_cell(engine, prompts[:n], params, c))
+                    if name in servers and c in (1, 16):
+                        cells.setdefault((f"{name} served", mode, c), []).append(
+                            served_cell(servers[name].base_url, prompts[:n], params, c))
             # forward timings inside each repeat, so they see the same machine load as the cells
             t1s.append(forward_ms(model, 1, ctx, 20))
             t16s.append(forward_ms(model, 16, ctx, 20))
@@ -222,14 +255,20 @@ def main(argv: list[str] | None = None) -> None:
         rows = []
         for mode in modes:
             for c in (1, 16):
-                base_agg = med("none", mode, c, aggregate_tok_s)
-                for name in engines:
-                    agg = med(name, mode, c, aggregate_tok_s)
-                    acc = med(name, mode, c, accept_length) if name != "none" else float("nan")
-                    mean_tokens = statistics.mean(r.tokens for cell in cells[(name, mode, c)] for r in cell)
-                    rows.append([mode, c, name, med(name, mode, c, per_req), agg, agg / base_agg, acc, f"{mean_tokens:.0f}"])
-        report.append("## (b) STANDALONE vs no speculation (goal: steps2 >= 1.3x at T=0, read at concurrency 16)\n\n" + md_table(
-            ["mode", "concurrency", "setting", "per-request tok/s", "aggregate tok/s", "speedup (aggregate)", "accept length", "mean output tokens"], rows))
+                for side in ["", " served"] if servers else [""]:
+                    base_agg = med("none" + side, mode, c, aggregate_tok_s)
+                    for name in engines:
+                        key = name + side
+                        agg = med(key, mode, c, aggregate_tok_s)
+                        acc = med(key, mode, c, accept_length) if name != "none" else float("nan")
+                        mean_tokens = statistics.mean(r.tokens for cell in cells[(key, mode, c)] for r in cell)
+                        served_ratio = agg / med(name, mode, c, aggregate_tok_s) if side else ""
+                        rows.append([mode, c, key, med(key, mode, c, per_req), agg, agg / base_agg, served_ratio, acc,
+                                     f"{mean_tokens:.0f}"])
+        report.append("## (b) STANDALONE vs no speculation (goal: steps2 >= 1.3x at T=0, read at concurrency 16; "
+                      "served ÷ in-process of none >= 0.85 at concurrency 1, >= 0.9 at 16)\n\n" + md_table(
+            ["mode", "concurrency", "setting", "per-request tok/s", "aggregate tok/s", "speedup (aggregate)",
+             "served ÷ in-process (aggregate)", "accept length", "mean output tokens"], rows))
 
         # (c) batching
         mode = "T=0 ignore_eos"
@@ -246,14 +285,15 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         for e in engines.values():
             e.stop()
+        for server in servers.values():
+            server.stop()
+        log_dir.cleanup()
         if tmp is not None:
             tmp.cleanup()
     text = "\n\n".join(report) + "\n"
     print(text)
     if args.out:
-        tmp_out = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp_out.write_text(text)
-        os.replace(tmp_out, args.out)
+        atomic_write_text(args.out, text)
 
 
 if __name__ == "__main__":

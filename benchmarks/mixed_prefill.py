@@ -38,6 +38,7 @@ from benchmarks.engine_bench import aggregate_tok_s, make_prompts, md_table, ran
 from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
 from workflow_scripts.engine.scheduler import Engine  # noqa: E402
 from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SamplingParams, SpecConfig  # noqa: E402
+from workflow_scripts.io import atomic_write_text  # noqa: E402
 
 MODES = {"separate prefill": False, "mixed prefill": True}
 
@@ -153,9 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n\n".join(report) + "\n"
     print(text)
     if args.out:
-        tmp_out = args.out.with_suffix(args.out.suffix + ".tmp")
-        tmp_out.write_text(text)
-        os.replace(tmp_out, args.out)
+        atomic_write_text(args.out, text)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Does successive halving find (nearly) the exhaustive search's best fused-MoE config, for much less?
 
-Goal (issue 5): halving's pick within 2% of the exhaustive best, with <= 20% of the evaluations.
+Goal: halving's pick within 2% of the exhaustive best, with <= 20% of the evaluations.
 Both searches run side by side in this one process on the same shapes and weights, through
 `run_search` exactly as the tuner calls it (halving with the tuner's `computation_key`: configs that
 do the same work at M are measured as one). Then a referee times the two picks against each other,

@@ -1,4 +1,4 @@
-"""The measurement design's goals (issue 10), read from a finished study (and a second cold run of it).
+"""The measurement design's goals, read from a finished study (and a second cold run of it).
 
     python -m benchmarks.noise_floor --study results/embedded-cpu [--compare results-2nd-run/embedded-cpu]
 
@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
+from workflow_scripts.analysis.metrics import cell_table
+from workflow_scripts.analysis.study_inputs import load_study, read_study_config, study_files
 
 
 def _load(study: Path) -> dict:
@@ -30,22 +31,23 @@ def _load(study: Path) -> dict:
     for name in ("aa.csv", "improvement.csv", "precision.csv", "noise_floor.json"):
         if not (tables / name).is_file():
             raise SystemExit(f"{tables / name}: missing; run the study (snakemake --cores 4) first")
+    files = study_files(study)
+    inputs = load_study(read_study_config(study), files.requests, files.metas, files.profile, profile_required=False)
     return {
         "aa": pd.read_csv(tables / "aa.csv"),
         "improvement": pd.read_csv(tables / "improvement.csv"),
         "precision": pd.read_csv(tables / "precision.csv"),
         "floor": json.loads((tables / "noise_floor.json").read_text()),
-        "metas": [json.loads(p.read_text()) for p in sorted((study / "benchmark").glob("*.json"))],
-        "requests": sorted((study / "requests").glob("*.parquet")),
+        "metas": inputs.metas,
+        "requests": inputs.requests,
     }
 
 
-def machine_lines(request_files: list[Path], control: str, twin: str) -> list[str]:
+def machine_lines(frame: pd.DataFrame, control: str, twin: str) -> list[str]:
     """The per-cell memory probe (cell_mem_gbs) against the A/A ratio of the same round, and what the A/A gap
     would be with the probe as a covariate (a what-if: the study's own statistic does not adjust)."""
-    if not request_files:
+    if frame.empty:
         return []
-    frame = add_request_metrics(pd.concat([pd.read_parquet(p) for p in request_files], ignore_index=True))
     if "cell_mem_gbs" not in frame or frame["cell_mem_gbs"].isna().all():
         return ["machine: no per-cell memory probe in these records (measured before cell_mem_gbs existed)"]
     keys = ["workload", "concurrency", "cohort", "repeat"]

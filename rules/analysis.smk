@@ -99,6 +99,8 @@ rule analysis_summary:
         cells=f"{RESULTS}/tables/cells.csv",
         meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
         cost_model_md=f"{RESULTS}/tables/cost_model.md",
+        # the server's cost at the start of the run (rules/profile.smk), read beside tables/ by the summary
+        served=SERVED_OVERHEAD if ENGINE == "embedded" else [],
     output:
         **rule_items.summary_outputs(RESULTS),
     log:

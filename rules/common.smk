@@ -6,6 +6,7 @@ from snakemake.utils import validate
 from workflow_scripts.client.cohorts import coverage, plan_cohorts, twin_name
 from workflow_scripts.client.plan import setting_workloads
 from workflow_scripts.config_errors import schema_error
+from workflow_scripts.analysis.schedule import bands_problem
 from workflow_scripts.launcher.command import SettingError, check_setting
 
 config_problem = schema_error(config, Path(workflow.basedir, "config", "schema.yaml"))
@@ -18,7 +19,7 @@ def check_config(config):
     """What the schema cannot say: cross references and SGLang's speculation-flag rules, checked before any job."""
     for name, setting in config["settings"].items():
         try:
-            check_setting(name, setting)
+            check_setting(name, setting, config["engine"])
         except SettingError as err:
             raise WorkflowError(str(err))
         for workload in setting_workloads(config, name):
@@ -31,6 +32,8 @@ def check_config(config):
             raise WorkflowError(
                 f"settings.{name}.moe_config is tuned but moe.tune is false; set moe.tune: true or moe_config: default"
             )
+    if problem := bands_problem(config["analysis"]["bands"]):
+        raise WorkflowError(problem)
     if config["analysis"]["baseline"] not in config["settings"]:
         raise WorkflowError(
             f"analysis.baseline: {config['analysis']['baseline']!r} is not a setting; "
@@ -61,6 +64,10 @@ check_config(config)
 
 STUDY = config["study"]
 RESULTS = f"results/{STUDY}"
+# whether the study has fixed-acceptance calibration cells (rules/calibration.smk)
+CALIBRATED = any(
+    s.get("simulate_acc_len") is not None for s in config["settings"].values()
+)
 ENGINE = config["engine"]
 LOGS = f"{RESULTS}/logs"
 

@@ -43,3 +43,41 @@ if PROFILED:
             " --concurrency {params.concurrency} --max-steps {params.max_steps} --threads {params.torch_threads}"
             " --repeats {params.repeats} --min-seconds {params.min_seconds}"
             " {params.moe} --out {output:q} 2> {log}"
+
+
+# What the HTTP server costs the engine: served ÷ in-process decode speed of the baseline at concurrency 1, measured
+# once at the start of the run (its priority puts it before the benchmarks, its benchmark slot keeps it apart);
+# the summary prints it and warns when the server, not speculation, dominates the study's cells.
+# Code: workflow_scripts/profiling/served_overhead.py.
+SERVED_OVERHEAD = f"{RESULTS}/profile/served_overhead.json"
+
+
+if ENGINE == "embedded":
+
+    rule served_overhead:
+        input:
+            target=target_model(),
+        output:
+            SERVED_OVERHEAD,
+        log:
+            f"{LOGS}/served_overhead.log",
+        benchmark:
+            f"{RESULTS}/benchmarks/served_overhead.tsv"
+        priority: 50
+        conda:
+            "../envs/engine.yaml"
+        threads: node_cores()
+        resources:
+            mem_mb=3000,
+            runtime=10,
+            gpu=0,
+            benchmark_slot=1,
+        params:
+            torch_threads=lambda wildcards, threads: config["server"]["num_threads"]
+            or threads,
+            max_running=config["server"]["max_running_requests"],
+            code=source_digest("engine", "server", "profiling"),
+        shell:
+            "python -m workflow_scripts.profiling.served_overhead --target {input.target:q}"
+            " --threads {params.torch_threads} --max-running-requests {params.max_running}"
+            " --out {output:q} 2> {log}"

@@ -1,7 +1,11 @@
-"""Shared fixtures: the smoke model pair, built once per test session.
+"""Shared fixtures (the smoke model pair, built once per test session) and the two test tiers.
 
 Set SPECSTUDY_SMOKE_PAIR_CACHE=DIR to keep the pair between sessions: DIR/target and DIR/draft are
 reused when both hold a build_info.json, and built there otherwise.
+
+The files in INTEGRATION drive whole external systems (real Snakemake, a one-node Slurm, headless Chromium,
+schemathesis, a whole cohort of servers) and take most of the suite's time; their tests are marked
+`integration`. `make test-fast` runs the rest (`-m "not integration"`), `make test` everything.
 """
 
 from __future__ import annotations
@@ -12,6 +16,28 @@ from pathlib import Path
 import pytest
 
 SMOKE_SEED = 0
+TESTS = Path(__file__).resolve().parent
+
+# paths relative to tests/
+INTEGRATION = frozenset({
+    "workflow/test_smoke_study.py",  # the whole smoke study under Snakemake, then partial reruns
+    "workflow/test_config_errors.py",  # Snakemake started on bad configs
+    "workflow/test_timing_jobs.py",  # Snakemake's scheduling of the timing jobs
+    "moe/test_rules.py",  # the MoE rules under Snakemake
+    "slurm/test_profile_checks.py",  # Snakemake dry runs of the Slurm profile's checks
+    "slurm/test_slurm_study.py",  # a study on a real one-node Slurm
+    "analysis/test_report.py",  # the Snakemake report rendered in headless Chromium
+    "server/test_openapi.py",  # schemathesis against a live server
+    "client/test_run_cohort.py",  # whole cohort jobs: servers, rounds, the cache, signals
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test of an INTEGRATION file `integration`."""
+    for item in items:
+        path = Path(str(item.fspath)).resolve()
+        if path.is_relative_to(TESTS) and path.relative_to(TESTS).as_posix() in INTEGRATION:
+            item.add_marker(pytest.mark.integration)
 
 
 def is_built_pair(root: Path) -> bool:

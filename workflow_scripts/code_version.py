@@ -12,6 +12,7 @@ every cell, ~30 min on the 2-core machines) is what made editing them costly.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 from pathlib import Path
 
@@ -19,9 +20,11 @@ PACKAGE = Path(__file__).resolve().parent
 _DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
 
 
+@functools.lru_cache(maxsize=4096)
 def code_of(source: str, path: Path) -> str:
     """What of a module runs: its syntax tree, without comments, layout or docstrings (ValueError naming the
-    file if it does not parse)."""
+    file if it does not parse). Cached by the source text itself, so an edited file is parsed again: Snakemake's
+    parse and the cohort planner ask for the same digests many times in one process."""
     try:
         tree = ast.parse(source, filename=str(path))
     except SyntaxError as err:

@@ -38,8 +38,8 @@ def memory_speed_gbs() -> float:
 
     Taken around every measured cell. Other tenants of a shared host move it by up to 2.6x within seconds (1-s
     means of a 64 MB pass in a busy phase; +-4% in a quiet one), and the CPU engine's speed follows it, so its
-    spread over a study says how busy the host was while it measured (on 2026-12-01 the probe's ratio followed
-    23% of the A/A variance: a sign of the host's noise, not all of it)."""
+    spread over a study says how busy the host was while it measured (a sign of the host's noise, not all of it:
+    docs/method.md)."""
     global _cell_probe
     if _cell_probe is None:
         _cell_probe = torch.ones(CELL_PROBE_MB * 2**20 // 4, dtype=torch.float32)

@@ -11,10 +11,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.analysis.cost_model import (MEASURED, CostFit, StepShape, analyse, committed_per_verify,
-                                                  expected_tokens, geometric_alpha, profile_units,
-                                                  verifies_to_commit)
+from workflow_scripts.analysis.cost_model.fit import CostFit, StepShape, profile_units
+from workflow_scripts.analysis.cost_model.report import _best_steps_lines, analyse
+from workflow_scripts.analysis.cost_model.speculation import (committed_per_verify, expected_tokens, geometric_alpha,
+                                                              verifies_to_commit)
 from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.summarize import MEASURED
 
 ALPHAS = {"synthetic": [0.85, 0.75, 0.7, 0.65], "realistic": [0.6, 0.5, 0.45, 0.4]}
 TEMPERATURE = {"synthetic": 0.0, "realistic": 0.7}
@@ -397,10 +399,9 @@ def test_the_prefill_share_is_not_sped_up_and_the_forward_times_say_how_large_it
 
 
 def test_one_concurrencys_prefill_ratio_does_not_bend_that_cells_predictions():
-    """Run 11 of the default study measured ρ 0.40–0.44 at synthetic C=32 in all three settings, 0.8–1.7 elsewhere,
-    and the forward times' own account of that cell missed its speedup by 28–44%: a window's extend seconds that
-    did not explain its throughput. Here the throughput follows RHO everywhere but the forward times say a third of
-    it at synthetic C=16: the fit keeps each workload's ρ and predicts steps 4 there as everywhere else."""
+    """One cell's ρ is a ratio of two short windows' prefill seconds, and one cell's can sit far from every other
+    cell's without explaining its throughput. Here the throughput follows RHO everywhere but the forward times say
+    a third of it at synthetic C=16: the fit keeps each workload's ρ and predicts steps 4 there as everywhere else."""
     shares = {1: 0.03, 4: 0.08, 16: 0.18, 64: 0.30}
     measured = {"steps1": 1, "steps2": 2, "steps3": 3}
     requests, summary = synthetic_study(np.random.default_rng(5), settings=measured, noise=0.01, prefill=shares,
@@ -425,8 +426,7 @@ def test_one_concurrencys_prefill_ratio_does_not_bend_that_cells_predictions():
 
 def test_each_workload_has_its_own_step_cost():
     """The realistic workload's steps cost 30% more per draft than the synthetic one's (the embedded engine's
-    forward times differ by workload too: run 12's steps 3 at C=32 cost 2.45 plain steps against 2.20): the fit
-    recovers both scales, and leaving a setting out predicts it from its workload's own cells. One scale for both
+    forward times differ by workload too, as what a step carries does): the fit recovers both scales, and leaving a setting out predicts it from its workload's own cells. One scale for both
     would sit between them, off for each."""
     heavy = dataclasses.replace(TRUE_COSTS, per_draft={c: 1.3 * s for c, s in TRUE_COSTS.per_draft.items()})
     own = {"synthetic": TRUE_COSTS, "realistic": heavy}
@@ -458,8 +458,6 @@ def best_steps_cell(workload: str, ratios: list[float], predicted_best: int) -> 
 def test_best_steps_are_scored_only_where_the_rounds_support_the_measured_lead():
     """A 4% lead of medians that the rounds' paired CI does not support (the study calls it noise) scores
     nothing, however the medians fall against the floor; a lead the rounds support does, and a wrong pick is a miss."""
-    from workflow_scripts.analysis.cost_model import _best_steps_lines
-
     noisy_rounds, noisy_pred = best_steps_cell("synthetic", [0.90, 1.01, 0.92, 1.02, 0.95], predicted_best=5)
     clear_rounds, clear_pred = best_steps_cell("realistic", [1.08, 1.07, 1.09, 1.08, 1.085], predicted_best=4)
     rounds = pd.concat([noisy_rounds, clear_rounds], ignore_index=True)
@@ -499,7 +497,7 @@ def test_the_verifies_a_length_needs_match_simulated_requests():
 
 def test_a_requests_last_verify_and_its_empty_slot_are_charged():
     """Requests of 31 tokens after the first, and a finished request's slot empty one decode forward until its
-    successor is prefilled (the embedded engine's gap: 0.7–1.2 forwards at every C ≥ 4 in run 12 and run S6). A
+    successor is prefilled (the embedded engine's gap is near one forward at C ≥ 4). A
     verify of 3 drafts then adds 2.67 tokens to the cell where E_3 = 2.93. Fitted on steps 1–3 with a profiled step
     shape (no fixed overhead to soak it up), the model finds the true step costs and predicts steps 4 from the
     requests' lengths and the gap the forward counters show. With E_k alone it charges the loss to the step cost:

@@ -146,6 +146,16 @@ def test_cli_writes_tables_plots_and_summary(request_files, tmp_path: Path):
         assert section in text
     assert "`steps3` synthetic C=1" in text and "overstates" in text
     assert "+51%" in proc.stdout  # the article tables close the run's output
+    assert "Server cost" not in text  # no profile/served_overhead.json beside tables/: an SGLang or external study
+    served = {"ratio": 0.5, "warn_below": 0.8, "served_tok_s": 100.0, "in_process_tok_s": 200.0, "rounds": 5,
+              "engine_torch": {"num_threads": 1}}
+    (tmp_path / "profile").mkdir()
+    (tmp_path / "profile" / "served_overhead.json").write_text(json.dumps(served))
+    proc = _run("summary", "--config-json", cfg, "--study", "unit", "--tables-dir", str(out),
+                "--out", str(tmp_path / "summary.md"), "--html", str(tmp_path / "summary.html"))
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "summary.md").read_text()
+    assert "ran at 0.50 of the same engine in-process" in text and "⚠ below 0.80" in text
 
 
 def test_bad_external_csv_fails_cleanly_and_writes_nothing(request_files, tmp_path: Path):

@@ -6,7 +6,9 @@ import sys
 
 import pytest
 
-from workflow_scripts.launcher.command import ServerSpec, SettingError, build_command, check_setting, server_api_key
+from workflow_scripts.launcher.command import (
+    ServerSpec, SettingError, build_command, check_setting, server_api_key, setting_env,
+)
 from workflow_scripts.launcher.process import shown_command
 
 STEPS2 = {
@@ -102,3 +104,21 @@ def test_api_key_only_beyond_loopback():
 def test_logged_command_hides_the_api_key():
     shown = shown_command(["python", "-m", "x", "--api-key", "s3cret", "--port", "1"])
     assert "s3cret" not in shown and "--api-key <redacted> --port 1" in shown
+
+
+def test_adaptive_flags_pass_to_sglang_unchanged(tmp_path):
+    config = tmp_path / "c.json"
+    config.write_text('{"1": {"candidate_steps": [1, 3]}, "16": {"candidate_steps": [0, 1]}}')
+    setting = {"speculative_algorithm": "EAGLE", "speculative_adaptive": True, "speculative_adaptive_config": str(config)}
+    check_setting("adaptive", setting, "sglang")
+    argv = build_command(ServerSpec("sglang", "/ckpt/qwen", "/ckpt/eagle", "127.0.0.1", 32, 0), setting, port=30000)
+    at = argv.index("--speculative-adaptive")
+    assert argv[at + 1: at + 3] == ["--speculative-adaptive-config", str(config)]
+
+
+def test_a_calibration_setting_sets_sglangs_simulation_switch():
+    assert setting_env({**STEPS2, "simulate_acc_len": 2.5}) == {
+        "SGLANG_SIMULATE_ACC_LEN": "2.5", "SGLANG_SIMULATE_ACC_TOKEN_MODE": "real-draft-token"}
+    assert setting_env(STEPS2) == {"SGLANG_SIMULATE_ACC_LEN": None, "SGLANG_SIMULATE_ACC_TOKEN_MODE": None}
+    with pytest.raises(SettingError, match="settings.b.simulate_acc_len: fixes the acceptance of a speculative"):
+        check_setting("b", {"simulate_acc_len": 2})

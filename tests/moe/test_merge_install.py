@@ -7,7 +7,6 @@ import json
 import pytest
 
 from workflow_scripts.engine import fused_moe as engine_moe
-from workflow_scripts.moe.atomic import write_json_atomic
 from workflow_scripts.moe.install import DeviceMismatchError, install
 from workflow_scripts.moe.merge import merge_shards
 from workflow_scripts.moe.naming import config_file_name, parse_config_file_name, triton_version_dir
@@ -80,11 +79,3 @@ def test_install_refuses_a_file_for_another_device(tmp_path):
         install(merged, tmp_path / "moe", "NVIDIA H200", "merged.json")
     assert not (tmp_path / "moe").exists()
 
-
-def test_atomic_write_leaves_nothing_on_failure(tmp_path):
-    target = tmp_path / "shard.json"
-    write_json_atomic(target, {"ok": 1})
-    with pytest.raises(TypeError):
-        write_json_atomic(target, {"bad": object()})
-    assert json.loads(target.read_text()) == {"ok": 1}
-    assert [p.name for p in tmp_path.iterdir()] == ["shard.json"]

@@ -107,7 +107,7 @@ def test_halving_stays_within_its_budget_and_its_cost_is_fixed(n, classes):
 
 
 def test_a_load_phase_over_one_strategy_in_the_first_pass_does_not_decide():
-    """Issue 5's miss at M=4, replayed: the first pass visited the space in order and heavier load fell on the
+    """A miss at M=4 seen live, replayed: the first pass visited the space in order and heavier load fell on the
     sorted block (samples 6-11), then the whole machine slowed. Loop's fastest samples, from the lighter start,
     beat every sorted sample, and the old halving kept only loop configs after its first round."""
     costs = table(4, {"loop": 1.25, "sorted": 1.0, "gather_bmm": 4.3}, {("loop", 8): 1.25, ("sorted", 8): 1.0})

@@ -8,16 +8,16 @@ import logging
 import pytest
 
 from workflow_scripts.engine import fused_moe as engine_moe
-from workflow_scripts.moe.install import DeviceMismatchError
-from workflow_scripts.moe.verify import MoeConfigNotLoaded, check_installed_for, check_loaded
+from workflow_scripts.moe.verify import MoeConfigNotLoaded, check_loaded
 
 NAME = "E=256,N=256,device_name=NVIDIA_RTX_PRO_6000_Blackwell_Server_Edition,dtype=fp8_w8a8,block_shape=[128, 128].json"
 
 
 def test_loaded_line_naming_our_file_passes(tmp_path):
     ours = tmp_path / "configs" / "triton_3_4_0" / NAME
-    log = (f"[2026-03-01 10:00:00 TP0] Using MoE kernel config from {ours}.\n"
-           f"[2026-03-01 10:00:00 TP1] Using MoE kernel config from {ours}.\n")
+    # SGLang's own log lines, timestamp included
+    log = (f"[2026-03-01 10:00:00 TP0] Using MoE kernel config from {ours}.\n"  # diary: ok
+           f"[2026-03-01 10:00:00 TP1] Using MoE kernel config from {ours}.\n")  # diary: ok
     check_loaded(log, ours)
 
 
@@ -64,10 +64,3 @@ def test_embedded_engine_log_passes_for_the_installed_file(tmp_path, monkeypatch
     with pytest.raises(MoeConfigNotLoaded):
         check_loaded(caplog.text, tmp_path / "elsewhere.json")
 
-
-def test_installed_file_for_another_device_is_refused_before_launch(tmp_path):
-    installed = tmp_path / "installed.json"
-    installed.write_text(json.dumps({"file": str(tmp_path / NAME)}))
-    check_installed_for(installed, "NVIDIA RTX PRO 6000 Blackwell Server Edition")
-    with pytest.raises(DeviceMismatchError, match="installed.json"):
-        check_installed_for(installed, "NVIDIA H100 80GB HBM3")

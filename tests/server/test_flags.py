@@ -70,6 +70,15 @@ SPEC_CASES = {
         ["--speculative-algorithm", "NGRAM", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
          "--speculative-num-draft-tokens", "5"], "--speculative-num-draft-tokens",
     ),
+    "adaptive config missing": (
+        ["--speculative-algorithm", "NGRAM", "--speculative-adaptive", "--speculative-adaptive-config", "/no/such.json"],
+        "--speculative-adaptive-config: /no/such.json does not exist",
+    ),
+    "adaptive start not a tier": (
+        ["--speculative-algorithm", "NGRAM", "--speculative-adaptive", "--speculative-num-steps", "2",
+         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"],
+        "--speculative-num-steps=2 is not in the adaptive config candidate_steps [0, 1, 3, 5, 7]",
+    ),
 }  # fmt: skip
 
 
@@ -136,3 +145,17 @@ def test_chunked_prefill_flags_follow_sglang(tiny_models):
     assert (plain.chunked_prefill_size, plain.enable_mixed_chunk) == (DEFAULT_CHUNKED_PREFILL_SIZE, False)
     mixed = parse_server_args([*model, "--chunked-prefill-size", "-1", "--enable-mixed-chunk"])
     assert (mixed.chunked_prefill_size, mixed.enable_mixed_chunk) == (-1, True)  # -1: chunking off, as in SGLang
+
+
+def test_adaptive_follows_sglang(tiny_models, tmp_path):
+    """SGLang's `_init_adaptive_speculative_params`: without steps, the middle tier of the config's union; draft tokens
+    follow; the engine gets the config itself."""
+    config = tmp_path / "adaptive.json"
+    config.write_text('{"1": {"candidate_steps": [1, 2]}, "8": {"candidate_steps": [0, 4]}}')
+    args = parse_server_args(
+        ["--model-path", str(tiny_models["target"]), "--speculative-algorithm", "STANDALONE",
+         "--speculative-draft-model-path", str(tiny_models["draft"]), "--speculative-adaptive",
+         "--speculative-adaptive-config", str(config)]
+    )  # fmt: skip
+    assert (args.speculative_num_steps, args.speculative_num_draft_tokens) == (2, 3)
+    assert args.spec_config().adaptive_config == {"1": {"candidate_steps": [1, 2]}, "8": {"candidate_steps": [0, 4]}}

@@ -83,3 +83,21 @@ def test_ngram_takes_sglang_chain_defaults_and_reports_spec_fields(ngram_server,
     out = ngram_server.post("/generate", body).json()
     assert out["output_ids"] == plain_server.post("/generate", body).json()["output_ids"]
     _check_spec_meta(out["meta_info"], steps=3)
+
+
+def test_adaptive_server_switches_tiers_and_stays_lossless(start_server, tiny_models, plain_server, tmp_path):
+    """--speculative-adaptive through the real server and engine process: the config reaches the engine (its tier
+    switches are counted in /server_info), and greedy output stays the plain server's."""
+    config = tmp_path / "adaptive.json"
+    config.write_text(json.dumps({"warmup_batches": 1, "update_interval": 1, "1": {"candidate_steps": [0, 1, 2]}}))
+    server = start_server(
+        tiny_models["target"], "--speculative-algorithm", "STANDALONE",
+        "--speculative-draft-model-path", str(tiny_models["draft"]), "--speculative-adaptive",
+        "--speculative-adaptive-config", str(config), "--max-running-requests", "1",
+    )  # fmt: skip
+    for prompt in PROMPTS:
+        body = {"text": prompt, "sampling_params": {**GREEDY, "max_new_tokens": 48}}
+        assert server.post("/generate", body).json()["text"] == plain_server.post("/generate", body).json()["text"]
+    info = server.get("/server_info").json()
+    assert info["speculative_adaptive"] is True and info["speculative_num_steps"] == 1
+    assert info["internal_states"][0]["total_adaptive_switches"] > 0

@@ -18,7 +18,7 @@ def write_site_profile(dest: Path, partition: str = "debug", node_cores: int = 2
     profile["set-resources"]["benchmark"]["mem_mb"] = benchmark_mem_mb
     profile["slurm-init-seconds-before-status-checks"] = 5
     # Snakemake's own 10 s between rounds of status checks: the smoke study's ~20 jobs, mostly one after another,
-    # spent most of the fixture's 7 min (AMD EPYC, 2026-12-02) waiting on them
+    # spent most of the fixture's time waiting on them
     profile["seconds-between-status-checks"] = 2
     profile["slurm-no-account"] = True
     dest.mkdir(parents=True, exist_ok=True)

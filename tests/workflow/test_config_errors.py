@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import json
+import tempfile
+from pathlib import Path
 
 import pytest
 import yaml
@@ -10,6 +13,17 @@ import yaml
 from tests.workflow.snakemake_run import REPO, snakemake
 
 GOOD = yaml.safe_load((REPO / "config" / "smoke.yaml").read_text())
+
+
+def _adaptive_file(text: str) -> str:
+    """An adaptive config file for a case (module scope: the cases are built at import)."""
+    path = Path(tempfile.mkdtemp(prefix="adaptive-")) / "adaptive.json"
+    path.write_text(text)
+    return str(path)
+
+
+def _adaptive(config: dict, **keys) -> None:
+    config["settings"]["steps2"].update(speculative_adaptive=True, **keys)
 
 
 def with_edit(edit) -> dict:
@@ -69,6 +83,30 @@ CASES = [
      ["benchmark.max_repeats: 2 is below benchmark.repeats (3)"]),
     ("unknown schedule", lambda c: c["benchmark"].update(schedule="weekly"),
      ["config key benchmark.schedule", "'weekly' is not one of"]),
+    ("overlapping bands", lambda c: c.setdefault("analysis", {}).update(bands={"low": [1, 4], "mid": [4, 16]}),
+     ["analysis.bands.mid: starts at 4, not above band low's last concurrency 4"]),
+    ("unsorted bands", lambda c: c.setdefault("analysis", {}).update(bands={"high": [16], "low": [1]}),
+     ["analysis.bands.low: starts at 1, not above band high's last concurrency 16"]),
+    ("adaptive tier above the allowed steps",
+     lambda c: _adaptive(c, speculative_adaptive_config=_adaptive_file('{"1": {"candidate_steps": [2, 17]}}')),
+     ["settings.steps2.speculative_adaptive_config: tier 17 is above speculative_num_steps' maximum 16"]),
+    ("adaptive config with a batch size twice",
+     lambda c: _adaptive(c, speculative_adaptive_config=_adaptive_file(
+         '{"1": {"candidate_steps": [2]}, "8": {"candidate_steps": [1]}, "1": {"candidate_steps": [3]}}')),
+     ["settings.steps2.speculative_adaptive_config", "a batch-size key appears twice (['1'])"]),
+    ("adaptive config with unsorted batch sizes",
+     lambda c: _adaptive(c, speculative_adaptive_config=_adaptive_file(
+         json.dumps({"8": {"candidate_steps": [1]}, "1": {"candidate_steps": [2]}}))),
+     ["settings.steps2.speculative_adaptive_config", "batch-size keys must be in increasing order, got [8, 1]"]),
+    ("adaptive with a topk SGLang refuses",
+     lambda c: _adaptive(c, speculative_eagle_topk=2, speculative_num_draft_tokens=4),
+     ["settings.steps2.speculative_eagle_topk: 2 with speculative_adaptive; SGLang adapts topk 1 only"]),
+    ("adaptive start steps not a tier", lambda c: _adaptive(c, speculative_num_steps=2, speculative_adaptive_config=(
+        _adaptive_file('{"1": {"candidate_steps": [1, 3]}}'))),
+     ["settings.steps2.speculative_num_steps: 2 is not one of the adaptive tiers [1, 3]"]),
+    ("adaptive STANDALONE on SGLang", lambda c: (_sglang_interleaved(c), c["benchmark"].update(schedule="blocked"),
+                                                _adaptive(c)),
+     ["settings.steps2.speculative_algorithm: SGLang 0.5.23 does not adapt speculative_algorithm=STANDALONE"]),
     ("a setting named like the A/A twin", lambda c: c["settings"].update(baseline_aa={}),
      ["settings.baseline_aa: the name is taken by the A/A twin of analysis.baseline"]),
     ("a sliced schedule on SGLang", lambda c: (_sglang_interleaved(c), c["benchmark"].update(schedule="sliced")),

@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -61,6 +62,39 @@ def test_artifacts_exist(study):
     summary = pd.read_csv(res / "tables" / "summary.csv")
     measured = summary[summary.source == "measured"]
     assert len(measured) == len(SMOKE["settings"]) * CELLS  # the twin is reported apart, in aa.csv
+    # the server's cost, measured at the start of the run on the engine the study serves, and in the summary
+    served = json.loads((res / "profile" / "served_overhead.json").read_text())
+    assert served["ratio"] > 0 and served["engine_torch"] == served["in_process_torch"]
+    assert f"ran at {served['ratio']:.2f} of the same engine in-process" in (res / "summary.md").read_text()
+
+
+def test_step_schedule_deploys_what_the_study_decided(study, monkeypatch):
+    """The schedule rule's files: one band row per workload × band, and each workload's settings entry read back
+    validates as a setting, builds the server command with the SGLang config it names, and that config routes every
+    batch size to its band's steps."""
+    from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, load_adaptive_config
+    from workflow_scripts.launcher.command import ServerSpec, build_command, check_setting
+
+    res = results(study)
+    schedule = pd.read_csv(res / "tables" / "step_schedule.csv")
+    slots = SMOKE_VALIDATED["server"]["max_running_requests"]
+    bands = [b for b, concs in SMOKE_VALIDATED["analysis"]["bands"].items() if concs[0] <= slots]  # none past the server's
+    assert len(schedule) == len(SMOKE["workloads"]) * len(bands) and schedule["reason"].str.len().min() > 0
+    assert schedule.groupby("workload")["batch_to"].max().eq(slots).all()
+    assert (res / "plots" / "step_schedule.svg").stat().st_size > 0
+    spec = ServerSpec("embedded", "/m/target", "/m/draft", "127.0.0.1", 8, 0)
+    monkeypatch.chdir(study)  # the entry names its config relative to the study's working directory, as Snakemake runs
+    for workload, rows in schedule.groupby("workload"):
+        (name, setting), = yaml.safe_load((res / "deploy" / workload / "settings.yaml").read_text())["settings"].items()
+        check_setting(name, setting)
+        if not rows["steps"].any():
+            assert not setting.get("speculative_adaptive")  # nothing speculates: a plain setting
+            continue
+        argv = build_command(spec, setting, port=30000)
+        config = argv[argv.index("--speculative-adaptive-config") + 1]
+        rule = AdaptiveSpeculativeParams(setting["speculative_num_steps"], load_adaptive_config(config))
+        for r in rows.itertuples():
+            assert all(rule.steps_for_batch(b) == r.steps for b in range(r.batch_from, r.batch_to + 1))
 
 
 def test_every_request_accounted_for_and_values_sane(study):
@@ -166,6 +200,23 @@ def test_acceptance_by_position_and_cost_model(study):
     assert set(predictions.steps) == set(range(0, 7))  # analysis.predict_max_steps defaults to 6
     recommendation = pd.read_csv(res / "tables" / "recommendation.csv")
     assert recommendation.predicted_best_steps.notna().all()
+
+
+def test_the_readme_commands_read_a_finished_study(study):
+    """The README's two commands on a finished study: the A/A goals restate the study's own noise floor, and the
+    cost model refitted from the CLI prints the same analysis the study's rule wrote."""
+    res = results(study)
+
+    def run(*argv: str) -> str:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO, env=snakemake_env())
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        return proc.stdout
+
+    floor = json.loads((res / "tables" / "noise_floor.json").read_text())
+    goals = run(sys.executable, "-m", "benchmarks.noise_floor", "--study", str(res))
+    assert f"noise floor ±{floor['noise_floor_pct']:.2f}%" in goals and "CI includes 0" in goals
+    refit = run(sys.executable, "-m", "workflow_scripts.analysis.cost_model", "--study", str(res))
+    assert (res / "tables" / "cost_model.md").read_text().strip() in refit
 
 
 def test_report_renders_in_a_real_browser(study):

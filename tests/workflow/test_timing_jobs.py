@@ -9,7 +9,7 @@ import yaml
 
 from tests.workflow.snakemake_run import REPO, planned_jobs_fields
 
-TIMING_RULES = {"benchmark", "moe_tune_shard", "moe_roofline", "forward_profile"}
+TIMING_RULES = {"benchmark", "moe_tune_shard", "moe_roofline", "forward_profile", "served_overhead"}
 
 
 def test_every_timing_job_takes_the_one_benchmark_slot(tmp_path):

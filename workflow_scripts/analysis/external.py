@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from workflow_scripts.analysis.study_config import StudyConfig
+
 REQUIRED = ["setting", "workload", "concurrency", "per_request_tok_s", "aggregate_tok_s"]
 OPTIONAL_NUMERIC = ["accept_length", "ttft_p50_ms"]
 
@@ -82,3 +84,11 @@ def _numeric(path: Path, raw: pd.DataFrame, col: str, allow_empty: bool) -> pd.S
         row = int((values < 0).to_numpy().argmax())
         raise ExternalCSVError(f"{path}: row {row + 2}, column {col}: negative value {raw[col].iloc[row]!r}")
     return values.astype("float64")
+
+
+def load_externals(cfg: StudyConfig) -> pd.DataFrame:
+    """Every external CSV the study config names (analysis.external), in one frame; empty with the columns the
+    summary needs when there is none."""
+    frames = [load_external(ext["path"], ext["label"], known_settings=cfg.settings) for ext in cfg.external]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
+        columns=["source", "setting", "workload", "concurrency", "per_request_tok_s", "aggregate_tok_s"])

@@ -21,7 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
+from workflow_scripts.analysis.output import TABLE_CSS
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.redaction import redact_config
 
 CODE_ROOT = Path(__file__).resolve().parents[2]

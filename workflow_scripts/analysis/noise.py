@@ -53,3 +53,21 @@ def noise_floor(aa: pd.DataFrame, metas: list[dict], twin: str | None) -> dict:
         "schedule": "+".join(schedules) if schedules else None,
         "rounds": int(finite["rounds"].min()) if len(finite) else 0,
     }
+
+
+def floor_text(floor: dict) -> tuple[float | None, str]:
+    """(noise floor in %, how it is known) from the contents of noise_floor.json (analysis/noise.py)."""
+    if floor.get("noise_floor_pct") is None:
+        return None, "unknown (no A/A twin measured)"
+    pct = float(floor["noise_floor_pct"])
+    return pct, f"{pct:.1f}% ({floor.get('schedule', '?')} schedule, {floor.get('rounds', '?')} rounds)"
+
+
+def read_noise_floor(path: Path) -> tuple[float | None, str]:
+    """floor_text of a study's noise_floor.json; None when absent or unreadable."""
+    if not path.is_file():
+        return None, f"unknown ({path.name} absent)"
+    try:
+        return floor_text(json.loads(path.read_text()))
+    except (ValueError, KeyError, TypeError) as err:
+        return None, f"unknown ({path}: {err})"

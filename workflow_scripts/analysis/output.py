@@ -1,14 +1,14 @@
-"""Atomic writes of result files (temp name in the same folder, then os.replace) and HTML views of tables."""
+"""Result tables as CSV (written atomically, see workflow_scripts.io) and as self-contained HTML pages."""
 
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from workflow_scripts.io import atomic_write_text
 
 TABLE_CSS = """<style>
 body{font-family:system-ui,sans-serif;margin:1rem;color:#222}
@@ -18,27 +18,6 @@ th{background:#f3f3f3;position:sticky;top:0}
 tr:nth-child(even) td{background:#fafafa}
 caption{caption-side:top;text-align:left;font-weight:600;padding:4px 0}
 </style>"""
-
-
-def atomic_write_text(path: Path | str, text: str) -> None:
-    """Write text so that readers see the old file or the new one, never half of one."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; result files are for everyone to read
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def write_csv(frame: pd.DataFrame, path: Path | str) -> None:

@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis.cost_plots import acceptance_position_chart, cost_model_chart
 from workflow_scripts.analysis.improvement import METRICS
-from workflow_scripts.analysis.output import atomic_write_text
+from workflow_scripts.io import atomic_write_text
 
 PLOTS = ["throughput", "speedup", "acceptance", "latency", "pareto", "acceptance_position", "cost_model", "survival"]
 LOG2 = alt.Scale(type="log", base=2)
@@ -96,7 +96,7 @@ def throughput_chart(summary: pd.DataFrame) -> alt.Chart:
 
 
 def speedup_chart(improvement: pd.DataFrame) -> alt.Chart:
-    """Improvement of each comparison (vs the baseline, and pairwise steps) in percent, with its bootstrap CI.
+    """Improvement of each comparison (vs the baseline, and pairwise steps) in percent, with its paired 95% CI.
 
     External sources share the panels (percentages compare across hardware), drawn dashed.
     """
@@ -117,7 +117,7 @@ def speedup_chart(improvement: pd.DataFrame) -> alt.Chart:
     return (alt.layer(line, bars, zero, *_empty_layers(), data=data).properties(**PANEL)
             .facet(row=alt.Row("metric:N", title=None), column=alt.Column("workload:N"))
             .resolve_scale(y="independent")
-            .properties(title="Speedup: each setting vs the baseline, and steps N vs N−1 (95% bootstrap CI)"))
+            .properties(title="Speedup: each setting vs the baseline, and steps N vs N−1 (paired 95% CI)"))
 
 
 def acceptance_chart(summary: pd.DataFrame) -> alt.Chart:

@@ -32,7 +32,7 @@ class StudyConfig:
     precision_pct: float = 3.0
     equivalence_pct: float = 4.0  # the margin of the `equivalent` verdict (benchmark.equivalence_pct)
     repeats: int = 3  # the rounds before the race judges anything (benchmark.repeats)
-    predict_max_steps: int = 6  # the cost model predicts steps 1..this (cost_model.py)
+    predict_max_steps: int = 6  # the cost model predicts steps 1..this (analysis/cost_model/)
 
     @classmethod
     def from_dict(cls, config: dict[str, Any]) -> StudyConfig:

@@ -24,7 +24,9 @@ from workflow_scripts.analysis.improvement import METRICS, fmt_improvement, fmt_
 from workflow_scripts.analysis.measurement import aa_markdown, design_lines, floor_sentence
 from workflow_scripts.analysis.noise import read_cohort_meta
 from workflow_scripts.analysis.paired import REAL
-from workflow_scripts.analysis.output import TABLE_CSS, atomic_write_text
+from workflow_scripts.analysis.output import TABLE_CSS
+from workflow_scripts.analysis.server_cost import server_cost_lines
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.study_config import StudyConfig
 
 
@@ -162,6 +164,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
         "round), never 0.", "",
         "## Headline", *headline(improvement, summary, list(cfg.settings)), "",
         "## How it was measured", "", floor_sentence(floor, aa), "", *design_lines(metas, precision), "",
+        *server_cost_lines(tables_dir.parent / "profile" / "served_overhead.json"),
         *(["A/A differences (twin vs control, paired by round):", "", aa_markdown(aa), ""] if len(aa) else []),
         "## Recommendation", "",
         "Per concurrency band and workload, the setting with the highest median − 1.4826·MAD of its tok/s; "
@@ -179,7 +182,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
     cost_model = (tables_dir / "cost_model.md").read_text(encoding="utf-8").strip()
     if cost_model:
         parts += ["## Cost model: acceptance by position, and what other steps would do", "",
-                  "Fitted to this study's own cells (`workflow_scripts/analysis/cost_model.py`); predictions carry "
+                  "Fitted to this study's own cells (`workflow_scripts/analysis/cost_model/`); predictions carry "
                   "their leave-one-setting-out error.", "", cost_model, ""]
     eos = eos_lines(summary, cfg)
     if eos:

@@ -23,26 +23,19 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
-from workflow_scripts.analysis.cost_model import CostModelReport, add_predicted_best, analyse, floor_text, read_profile
+from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
 from workflow_scripts.analysis.decisions import RaceRule, decision_table
-from workflow_scripts.analysis.decisions import RaceRule, decision_table
-from workflow_scripts.analysis.external import load_external
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
 from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
 from workflow_scripts.analysis.lossless import lossless_table
-from workflow_scripts.analysis.metrics import add_request_metrics, cell_table, load_requests
-from workflow_scripts.analysis.noise import aa_table, noise_floor, precision_table, read_cohort_meta
-from workflow_scripts.analysis.output import atomic_write_text, html_page, write_csv
+from workflow_scripts.analysis.noise import aa_table, floor_text, noise_floor, precision_table
+from workflow_scripts.analysis.output import html_page, write_csv
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.recommend import recommend, score_table
 from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.study_inputs import load_study
 from workflow_scripts.analysis.summarize import (MEASURED, improvement_values, latency_quantiles,
                                                  summarize_external, summarize_measured)
-
-
-def load_externals(cfg: StudyConfig) -> pd.DataFrame:
-    frames = [load_external(ext["path"], ext["label"], known_settings=cfg.settings) for ext in cfg.external]
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(
-        columns=["source", "setting", "workload", "concurrency", "per_request_tok_s", "aggregate_tok_s"])
 
 
 def article_tables(summary: pd.DataFrame, improvement: pd.DataFrame, cfg: StudyConfig,
@@ -144,13 +137,11 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
     """Compute all tables from the per-request files, the cohorts' meta files, the configured external CSVs and
     the engine's forward profile (the cost model's step cost shape) where one was made."""
     with tqdm(total=6, desc="analysis tables", unit="step") as steps:
-        all_requests = add_request_metrics(load_requests(request_paths))
-        all_cells = cell_table(all_requests)
-        requests = all_requests[all_requests["setting"] != cfg.twin]
-        cells = all_cells[all_cells["setting"] != cfg.twin]
-        metas = read_cohort_meta(list(meta_paths))
+        study = load_study(cfg, request_paths, meta_paths, profile_path)
+        all_cells, metas, external = study.cells, study.metas, study.external
+        measured = study.without([cfg.twin])
+        requests, cells = measured.requests, measured.cells
         steps.update()
-        external = load_externals(cfg)
         summary = pd.concat([summarize_measured(requests, cells, cfg.bootstrap), summarize_external(external)],
                             ignore_index=True).astype({"n_repeats": "Int64", "n_ok": "Int64", "n_err": "Int64"})
         steps.update()
@@ -165,7 +156,7 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         steps.update()
         scores = score_table(requests, cells, cfg)
         steps.update()
-        cost = analyse(requests, summary, cfg, *floor_text(floor), rounds=cells, profile=read_profile(profile_path))
+        cost = analyse(requests, summary, cfg, *floor_text(floor), rounds=cells, profile=study.profile)
         steps.update()
         tables = StudyTables(
             summary=summary, cells=all_cells, improvement=improvement,

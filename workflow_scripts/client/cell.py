@@ -74,8 +74,7 @@ def seed_base(workload: dict, round_: int) -> int | None:
     Each round draws new streams. With one set for every round, a speculative setting at T>0 wrote the same answers
     in every round, and other answers than the baseline's (its drafts use the randomness otherwise), so each
     setting was measured on one fixed draw of answer lengths that its rounds could not vary and its CI could not
-    see: in the cost-model study of 2026-12-03, 318 tokens a round for steps3 against 780 for steps5 at realistic
-    C=1, the same prompts. New streams each round put that draw inside the rounds' spread."""
+    see. New streams each round put that draw inside the rounds' spread (docs/method.md)."""
     if not workload["sampling_seeds"]:
         return None
     return (workload["seed"] << 32) + round_ * SEEDS_PER_ROUND

@@ -30,7 +30,7 @@ TWIN_SUFFIX = "_aa"
 SERVER_KEYS = ("max_running_requests", "random_seed", "num_threads", "env", "incremental_streaming")
 MANIFEST = "manifest.json"
 # how a cell's requests are seeded (client/cell.seed_base): part of its key, so that cells measured under another
-# scheme (until 2026-12-03, one set of seeds for every round) are measured again rather than mixed in
+# scheme (one set of seeds for every round) are measured again rather than mixed in
 SEEDS = "new streams each round"
 
 

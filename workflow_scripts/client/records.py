@@ -6,7 +6,6 @@ Every file is written to a temporary name and renamed, so a crash never leaves a
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from workflow_scripts.client.cell import CellResult
+from workflow_scripts.io import atomic_write
 
 RECORD_SCHEMA = pa.schema(
     [
@@ -61,10 +61,9 @@ LATER_COLUMNS = ("window_server_metrics", "cell_run_share")
 
 
 def write_parquet_atomic(df: pd.DataFrame, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.Table.from_pandas(df, schema=RECORD_SCHEMA, preserve_index=False), tmp)
-    os.replace(tmp, path)
+    """Per-request records under RECORD_SCHEMA, written atomically (a cached cell is trusted on sight)."""
+    table = pa.Table.from_pandas(df, schema=RECORD_SCHEMA, preserve_index=False)
+    atomic_write(path, lambda tmp: pq.write_table(table, tmp))
 
 
 def read_records(path: Path) -> pd.DataFrame:

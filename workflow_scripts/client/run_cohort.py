@@ -38,7 +38,7 @@ from safetensors import safe_open
 from tqdm import tqdm
 
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
-from workflow_scripts.analysis.output import atomic_write_text
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell_async, sampling_params, seed_base
 from workflow_scripts.client.cohorts import MANIFEST
 from workflow_scripts.client.prompts import build_prompts

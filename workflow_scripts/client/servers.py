@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from workflow_scripts.launcher.command import ServerSpec, build_command, server_api_key
+from workflow_scripts.launcher.command import ServerSpec, build_command, server_api_key, setting_env
 from workflow_scripts.launcher.process import ServerError, ServerProcess, free_port
 from workflow_scripts.scaleout.checks import setting_gpus
 
@@ -88,6 +88,7 @@ def member_server(plan: dict, name: str, models: Models, threads: int, log_dir: 
     if tuned and models.moe_installed is None:
         raise SystemExit(f"settings.{name}.moe_config is tuned but no --moe-installed file was given")
     env["SGLANG_MOE_CONFIG_DIR"] = models.moe_installed["config_dir"] if tuned else None
+    env.update(setting_env(args))  # a calibration setting's SGLANG_SIMULATE_ACC_LEN
     if gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = gpus
     for attempt in range(1, PORT_ATTEMPTS + 1):

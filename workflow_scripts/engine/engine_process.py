@@ -6,7 +6,8 @@
     requests (front PUSH -> engine PULL):  ("submit", rid, input_ids, SamplingParams) | ("abort", rid)
                                            | ("stats", token) | ("shutdown",)
                                            | ("closed_loop", token, prompts, SamplingParams, concurrency, timeout_s)
-    outputs  (engine PUSH -> front PULL):  ("ready", info) | ("failed", one_line) at start-up, then
+    outputs  (engine PUSH -> front PULL):  ("ready", info) | ("failed", one_line) at start-up (info["torch"]: the
+                                           scheduling thread's torch setup, engine/torch_setup.py), then
                                            list[TokenEvent] (one forward's) | TokenEvent
                                            | ("refused", rid, message) | ("stats", token, dict)
                                            | ("closed_loop", token, dict)
@@ -161,8 +162,8 @@ def compute_and_io_cores(cpus: list[int] | None) -> tuple[set[int], set[int]]:
     """(the scheduling thread's cores, the other threads' cores) under SGLANG_CPU_OMP_THREADS_BIND.
 
     SGLang binds its OpenMP compute threads to the named cores; the threads that wait on sockets (this main thread,
-    ZMQ's I/O thread) go with the front onto the rest, so that their wake-ups never land on a forward's core (on the
-    2-core AMD EPYC that gained nothing measurable: README, Client and server overhead). Unbound, both are every
+    ZMQ's I/O thread) go with the front onto the rest, so that their wake-ups never land on a forward's core (on a
+    2-core machine that gained nothing measurable: docs/measurements/client_overhead.md). Unbound, both are every
     core this process may use."""
     allowed = os.sched_getaffinity(0)
     if not cpus:
@@ -194,11 +195,10 @@ def main(argv: Sequence[str]) -> int:
         replies.send_pyobj(("failed", str(err).splitlines()[0] if str(err) else type(err).__name__))
         replies.close(linger=2000)
         return 2
-    replies.send_pyobj(
-        ("ready", {"vocab_size": engine.vocab_size, "context_length": engine.context_length, "pid": os.getpid()})
-    )
-    sink = EventSink(ctx, config["outputs_address"])
     engine.start()
+    sink = EventSink(ctx, config["outputs_address"])
+    replies.send_pyobj(("ready", {"vocab_size": engine.vocab_size, "context_length": engine.context_length,
+                                  "pid": os.getpid(), "torch": engine.torch_config}))
     os.sched_setaffinity(0, rest)  # this thread only waits on the requests socket
     try:
         serve(engine, requests, replies, sink)

@@ -1,4 +1,4 @@
-"""`python -m workflow_scripts.engine.launch_server`: the entry point the launcher and the README name.
+"""`python -m workflow_scripts.engine.launch_server`: the entry point the launcher and docs/embedded_engine.md name.
 
 The start-up itself lives in the front package (`workflow_scripts.server.launch_server`).
 """

@@ -2,7 +2,7 @@
 
 Why: an engine step multiplies 1-48 rows by each weight, and for such thin products MKL's sgemm (what
 `F.linear` and `x @ w` call) reads a cold 1 MB weight at 10-20 GB/s; oneDNN's matmul on a prepacked
-weight runs 2-48 rows 1.4-2.5x faster (README, "Embedded engine"). This is the path inductor takes for
+weight runs 2-48 rows 1.4-2.5x faster (docs/embedded_engine.md). This is the path inductor takes for
 frozen CPU linears. A single fp32 row is the exception: MKL's GEMV on an input-major copy ([in, out],
 `x @ w`) beats both, so that copy is kept too (in bf16, oneDNN wins there as well). fp32 stays fp32 (oneDNN's default math mode): outputs
 match F.linear to float rounding. Builds of torch without oneDNN use the GEMV copy for every product, and so

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -26,12 +25,15 @@ from typing import Callable
 
 import torch
 
+from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, adaptive_unsupported_reason
 from workflow_scripts.engine.model import DecoderModel, Segment
 from workflow_scripts.engine.sampling import (
     RowParams, RowSeeds, choose_tokens, greedy_accept, sampling_probs, speculative_accept,
 )  # fmt: skip
 from workflow_scripts.engine.sequence import Sequence
+from workflow_scripts.engine.simulated_acceptance import SimulatedAcceptance
 from workflow_scripts.engine.speculative import Drafter, NgramDrafter, Proposal, StandaloneDrafter
+from workflow_scripts.engine.torch_setup import configure_torch, torch_config
 from workflow_scripts.engine.types import (
     DEFAULT_CHUNKED_PREFILL_SIZE,
     FORWARD_MODES,
@@ -48,7 +50,6 @@ logger = logging.getLogger(__name__)
 
 ALGORITHMS = ("STANDALONE", "NGRAM")
 DEFAULT_CONTEXT_LENGTH = 2048
-THREADS_ENV = "SPECSTUDY_ENGINE_THREADS"
 # the per-mode totals the engine keeps: the wall time, the engine thread's CPU time and the number of its forwards
 FORWARD_TOTALS = tuple(f"{mode}_{what}" for mode in FORWARD_MODES for what in ("seconds", "cpu_seconds", "forwards"))
 MAX_PREFILL_TOKENS = 16384  # SGLang's --max-prefill-tokens default: bounds a prefill batch when chunking is off
@@ -81,7 +82,7 @@ def validate_spec(spec: SpecConfig) -> None:
     """SGLang's rules for the speculative flags (topk 1 only), naming the flag at fault."""
     if spec.algorithm not in ALGORITHMS:
         raise EngineConfigError(f"--speculative-algorithm must be one of {ALGORITHMS}, got {spec.algorithm!r}")
-    if spec.num_steps < 1:
+    if spec.num_steps < (0 if spec.adaptive_config is not None else 1):  # adaptive may start on its 0-step tier
         raise EngineConfigError(f"--speculative-num-steps must be >= 1, got {spec.num_steps}")
     if spec.eagle_topk != 1:
         raise EngineConfigError(f"--speculative-eagle-topk {spec.eagle_topk} is not supported (only 1)")
@@ -134,9 +135,7 @@ class Engine:
             raise EngineConfigError(f"--max-running-requests must be >= 1, got {max_running_requests}")
         if problem := chunked_prefill_problem(chunked_prefill_size):
             raise EngineConfigError(problem)
-        threads = num_threads or int(os.environ.get(THREADS_ENV, "0"))
-        if threads > 0:
-            torch.set_num_threads(threads)
+        configure_torch(num_threads)
         if spec is not None:
             validate_spec(spec)
         self.target = DecoderModel(Path(model_path), dtype)
@@ -158,7 +157,16 @@ class Engine:
         if self.enable_mixed_chunk and spec is not None:
             logger.info("mixed chunked prefill stays on under %s speculation (SGLang turns it off there): prompt "
                         "chunks join the verify forward", spec.algorithm)
-        k = spec.num_steps if spec else 0
+        self._adaptive = None
+        if spec is not None and spec.adaptive_config is not None:
+            try:
+                self._adaptive = AdaptiveSpeculativeParams(spec.num_steps, spec.adaptive_config)
+            except ValueError as err:
+                raise EngineConfigError(f"--speculative-adaptive-config: {err}") from None
+            if reason := adaptive_unsupported_reason(spec.algorithm, spec.eagle_topk):
+                logger.warning("--speculative-adaptive: SGLang 0.5.23 runs static steps here (%s); the embedded engine "
+                               "adapts, so that the rule can be measured on its own pair", reason)
+        k = max(self._adaptive.candidate_steps) if self._adaptive else spec.num_steps if spec else 0
         capacity = self.context_length + k + 2  # room for verify/draft writes past the last token
         self.cache = self.target.new_cache(max_running_requests, capacity)
         self.drafter: Drafter | None = None
@@ -173,6 +181,11 @@ class Engine:
         elif spec is not None:
             self.drafter = NgramDrafter()
         self._generator = torch.Generator().manual_seed(random_seed)  # request seeds when none is given
+        try:  # SGLANG_SIMULATE_ACC_LEN (simulated_acceptance.py), drawn from its own stream
+            self._simulated = SimulatedAcceptance.from_env() if spec is not None else None
+        except ValueError as err:
+            raise EngineConfigError(str(err)) from None
+        self._simulated_rng = torch.Generator().manual_seed(random_seed)
         self._lock = threading.Condition()
         self._waiting: deque[Sequence] = deque()
         self._aborts: dict[str, str] = {}
@@ -185,16 +198,20 @@ class Engine:
         # whether the engine thread's CPU clock holds a forward's whole work: only when torch computes on that
         # thread alone; set by the thread itself (torch's thread count is per thread)
         self._cpu_clock_whole: bool | None = None
+        self.torch_config: dict = {}  # the scheduling thread's torch setup (torch_setup.torch_config), once started
+        self._loop_ready = threading.Event()
         self._totals = {"verify_ct": 0, "spec_tokens": 0, "accepted": 0, "proposed": 0, "finished": 0, "generated": 0,
-                        "stall_forwards": 0, "prefill_tokens": 0, **dict.fromkeys(FORWARD_TOTALS, 0)}
+                        "stall_forwards": 0, "prefill_tokens": 0, "adaptive_switches": 0, **dict.fromkeys(FORWARD_TOTALS, 0)}
 
     # ---- public, thread-safe -------------------------------------------------------------
     def start(self) -> None:
-        """Start the scheduling thread (idempotent)."""
+        """Start the scheduling thread (idempotent); returns once it has read its torch setup."""
         if self._thread is None:
             self._stopping = False
+            self._loop_ready.clear()
             self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
             self._thread.start()
+            self._loop_ready.wait()
 
     def stop(self) -> None:
         """Stop the loop; requests still held get a final abort event."""
@@ -268,6 +285,7 @@ class Engine:
             "total_prefill_tokens": t["prefill_tokens"],
             "total_forwards": sum(t[f"{mode}_forwards"] for mode in FORWARD_MODES),
             "total_stall_forwards": t["stall_forwards"],  # prefill-only forwards that running sequences waited for
+            "total_adaptive_switches": t["adaptive_switches"],  # tier changes under --speculative-adaptive
             # wall and CPU time and count of each kind of forward (total_mixed_forwards among them), drafting and
             # verifying included (SGLang's ForwardMode names): what share of a cell a speculative setting can speed up
             # at all (the prefill's is not), and what one speculative step costs against a plain decode step
@@ -281,6 +299,8 @@ class Engine:
     def _loop(self) -> None:
         self._cpu_clock_whole = torch.get_num_threads() == 1
         with torch.inference_mode():
+            self.torch_config = torch_config()
+            self._loop_ready.set()
             while True:
                 with self._lock:
                     while not self._stopping and not self._running and not self._waiting and self._chunked is None:
@@ -475,8 +495,9 @@ class Engine:
             params, seeds = self._row_params(seqs), self._row_seeds(seqs)
             last = torch.tensor([[s.tokens[-1]] for s in seqs])
             start = torch.tensor([s.cache_len for s in seqs])
-            if self.drafter is not None:
-                proposal = self.drafter.propose(seqs, params, self.spec.num_steps, seeds)
+            steps = self._adaptive.steps_for_batch(len(seqs)) if self._adaptive else self.spec.num_steps if self.spec else 0
+            if self.drafter is not None and steps > 0:  # an adaptive 0-step tier decodes plainly
+                proposal = self.drafter.propose(seqs, params, steps, seeds)
                 last = torch.cat([last, proposal.tokens], dim=1)
             segments.append(Segment(last, start, 0))
         chunks = prefill_segments(rows)
@@ -489,6 +510,8 @@ class Engine:
                 logits = self.target.logits(hidden[0][:, 0])
                 for seq, tok in zip(seqs, choose_tokens(logits, params, seeds).tolist()):
                     self._commit(seq, [tok])
+                if self._adaptive is not None:  # SGLang feeds its 0-step tier's verifies as 0 accepted drafts
+                    self._adapt([0] * len(seqs))
             else:
                 self._verify(seqs, params, seeds, proposal, self.target.logits(hidden[0]))
         if rows:
@@ -500,6 +523,14 @@ class Engine:
             self._totals[f"{mode}_forwards"] += 1
         self._compact()
         self._deliver()
+
+    def _adapt(self, correct_drafts: list[int]) -> None:
+        """Feed one decode batch's accepted drafts to its batch-size entry; the next forward uses its tier."""
+        before = self._adaptive.steps_for_batch(len(correct_drafts))
+        if (after := self._adaptive.on_verify_complete(correct_drafts, len(correct_drafts))) is not None:
+            logger.info("Adaptive spec params updated: steps %d -> %d (batch size %d)", before, after, len(correct_drafts))
+            with self._lock:
+                self._totals["adaptive_switches"] += 1
 
     def _end_prefill(self, rows: list[PrefillRow], chunks: list[Segment], hidden: list[torch.Tensor]) -> None:
         """Record the prefilled chunks (target and draft caches) and give completed prompts their first token."""
@@ -528,8 +559,14 @@ class Engine:
             V = self.vocab_size
             target_probs = sampling_probs(logits.view(B * (K + 1), V), params.repeat(K + 1)).view(B, K + 1, V)
             accepted, nxt = speculative_accept(target_probs, proposal.tokens, proposal.probs, proposal.num, seeds)
-        drafts = proposal.tokens.tolist()
+        tokens, drafts_kept = proposal.tokens, True
+        if self._simulated is not None:
+            accepted, nxt, tokens = self._simulated.accept(proposal.tokens, logits, self._simulated_rng)
+            drafts_kept = self._simulated.token_mode == "real-draft-token"  # else the draft cache saw other tokens
+        drafts = tokens.tolist()
         nums = proposal.num.tolist()
+        if self._adaptive is not None:
+            self._adapt(accepted.tolist())
         with self._lock:
             self._totals["verify_ct"] += B
             self._totals["proposed"] += sum(nums)
@@ -541,5 +578,5 @@ class Engine:
             seq.accepted += m
             seq.proposed += n
             _count_correct_drafts(seq.correct_drafts_histogram, m)
-            seq.draft_len = min(seq.draft_len, committed_before + m)
+            seq.draft_len = min(seq.draft_len, committed_before + (m if drafts_kept else 0))
             self._commit(seq, row[:m] + [tok])

@@ -4,12 +4,13 @@ The server codes against these names only. The engine itself is
 `workflow_scripts.engine.scheduler.Engine`:
 
     Engine(model_path, spec, max_running_requests, random_seed, context_length=None,
-           num_threads=None,   # torch threads; None => $SPECSTUDY_ENGINE_THREADS, else torch's default
+           num_threads=None,   # torch threads; None => $SPECSTUDY_ENGINE_THREADS, else 1 (engine/torch_setup.py)
            dtype="auto",       # SGLang's --dtype: auto (config.json's), float32 or bfloat16
            chunked_prefill_size=DEFAULT_CHUNKED_PREFILL_SIZE,  # SGLang's flag: max prompt tokens per forward; -1: no chunking
            enable_mixed_chunk=False)  # SGLang's flag: prompt chunks ride in the running batch's decode forward
     .vocab_size, .eos_token_ids, .context_length
-    .start() / .stop()
+    .start() / .stop()                      # start() returns once the scheduling thread runs
+    .torch_config                           # that thread's torch setup (engine/torch_setup.py), once started
     .submit(rid, input_ids, params, sink)   # thread-safe; sink(TokenEvent) is called from the engine thread;
                                             # raises ValueError naming the field (empty/too long prompt, bad ids/params)
     .abort(rid)                             # thread-safe; frees the slot and emits ONE final event with
@@ -73,6 +74,9 @@ class SpecConfig:
     eagle_topk: int  # only 1 supported
     num_draft_tokens: int  # == num_steps + 1 with topk 1
     draft_model_path: Path | None  # required for STANDALONE, None for NGRAM
+    # --speculative-adaptive: SGLang's adaptive config (engine/adaptive.py) whose tiers replace num_steps at run
+    # time, num_steps being the starting tier; None = static steps
+    adaptive_config: dict | None = None
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ def target_pass(target: torch.nn.Module, windows: torch.Tensor, batch_size: int 
 
     Why the routing figure: a degenerate router (the same experts for every token) makes batch-1
     verification look cheap; the study needs routing near the random-spread figure for honest speedups
-    (MEASURED.md, "trap"). One pass gives both, since the MoE forward is the expensive one.
+    (docs/measurements/build_budget.md). One pass gives both, since the MoE forward is the expensive one.
     """
     target.eval()
     cfg = target.config

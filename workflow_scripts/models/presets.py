@@ -5,7 +5,7 @@ Why these default shapes: decoding on CPU is memory-bound per token, so the targ
 token reads a quarter of the expert weights, at batch 16 nearly all, so batching and speculative
 verification both behave as they do for production MoEs, while the whole target stays ~26 M parameters
 (~7 M active) and decodes in milliseconds. Hidden 256 / 4 layers is the dense model that trains to a
-useful loss within the 8-minute budget (MEASURED.md); the experts are upcycled copies of its MLP
+useful loss within the 8-minute budget (docs/measurements/build_budget.md); the experts are upcycled copies of its MLP
 (moe_intermediate_size = the dense intermediate size). The draft is one dense layer of the same width,
 so it starts from the target's embeddings, first layer and LM head, and is distilled on the target.
 """
@@ -59,8 +59,8 @@ class BuildSettings:
     # CPU, where it is emulated), "float32", or "auto": bfloat16 where the CPU has native bf16, else float32
     train_dtype: str
     # fixed, so that a seed gives the same bytes on every machine: the thread count changes float reduction order.
-    # The default pair trains on 2: 1.7x faster than on 1 on a quiet 2-core AMD EPYC (float32), 1.66x slower than
-    # on 1 beside a process that kept one of its cores busy (2026-12-02, README "Model pair")
+    # The default pair trains on 2: faster than on 1 on a quiet 2-core machine, slower beside a process that keeps
+    # one of its cores busy (docs/measurements/build_budget.md)
     num_threads: int
     eval_tokens: int  # held-out tokens used for val loss, agreement and routing statistics
     greedy_eval_prompts: int  # held-out heads the target continues greedily (acceptance estimate)
@@ -98,8 +98,8 @@ _TRAIN_DTYPES = ("auto", "bfloat16", "float32")
 
 
 def native_bf16() -> bool:
-    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere torch emulates it, and a 2026-12-02
-    AVX2-only AMD EPYC trained the default dense model at 26 s a step in bf16 against ~1 s in float32."""
+    """Whether this CPU computes bf16 natively (AVX512-BF16 or AMX); elsewhere torch emulates it, more than 10x
+    slower than float32 (docs/measurements/build_budget.md)."""
     return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
 
 

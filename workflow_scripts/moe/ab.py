@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workflow_scripts.moe.atomic import write_text_atomic
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.moe.model_shapes import MoeShape
 from workflow_scripts.moe.roofline import Device, roofline_row
 
@@ -120,10 +120,10 @@ def main(argv: list[str] | None = None) -> None:
             parser.error(f"--pair {spec!r}: expected TUNED:DEFAULT:TOKENS")
         pairs.append((parts[0], parts[1], int(parts[2])))
     table = ab_table(pd.read_csv(args.improvement), pd.read_csv(args.roofline), pairs)
-    write_text_atomic(args.out, table.to_csv(index=False))
+    atomic_write_text(args.out, table.to_csv(index=False))
     import vl_convert as vlc
 
-    write_text_atomic(args.plot, vlc.vegalite_to_svg(ab_chart(table).to_json()))
+    atomic_write_text(args.plot, vlc.vegalite_to_svg(ab_chart(table).to_json()))
     print(table[["tuned_setting", "workload", "concurrency", "ratio", "ratio_ci_low", "ratio_ci_high", "measured",
                  "predicted", "agrees"]].to_string(index=False))
 

@@ -14,7 +14,7 @@ import argparse
 import json
 from pathlib import Path
 
-from workflow_scripts.moe.atomic import write_json_atomic
+from workflow_scripts.io import atomic_write_json
 from workflow_scripts.moe.naming import device_label, parse_config_file_name
 
 
@@ -37,7 +37,7 @@ def install(merged: dict, moe_dir: Path, expect_device: str | None, where: str) 
     if expect_device:
         check_device(merged["file_name"], expect_device, where)
     target = moe_dir / "configs" / merged["version_dir"] / merged["file_name"]
-    write_json_atomic(target, merged["configs"])
+    atomic_write_json(target, merged["configs"])
     fields = parse_config_file_name(merged["file_name"])
     return {
         "config_dir": str(moe_dir.resolve()),
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> None:
     merged = json.loads(args.merged.read_text())
     expect = args.expect_device or this_device(merged["engine"])
     record = install(merged, args.moe_dir or args.out.parent, expect, str(args.merged))
-    write_json_atomic(args.out, record)
+    atomic_write_json(args.out, record)
     print(f"installed {record['file']}")
 
 

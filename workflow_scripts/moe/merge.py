@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-from workflow_scripts.moe.atomic import write_json_atomic
+from workflow_scripts.io import atomic_write_json
 
 # Every shard must agree on these, or their configs do not belong in one file.
 _SAME = ("engine", "file_name", "device_name", "version_dir", "search")
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)
     merged = merge_shards({p: json.loads(p.read_text()) for p in args.shards}, args.batch_sizes)
-    write_json_atomic(args.out, merged)
+    atomic_write_json(args.out, merged)
     print(f"merged {len(args.shards)} shards into {merged['file_name']}")
 
 

@@ -21,7 +21,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from workflow_scripts.moe.atomic import write_json_atomic
+from workflow_scripts.io import atomic_write_json
 from workflow_scripts.moe.model_shapes import read_moe_shape
 
 TUNER_SUBDIR = Path("benchmark/kernels/fused_moe_triton")
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> None:
     shape = read_moe_shape(args.model, args.tp_size, args.ep_size)
     record = prepare_tuner(args.checkout, args.out)
     record["shape"] = shape.to_dict()
-    write_json_atomic(args.report, record)
+    atomic_write_json(args.report, record)
     print(f"tuner at {record['tuner_dir']}: {record['status']}" + (f", kept {record['fixed_fields']}" if record["fixed_fields"] else ""))
 
 

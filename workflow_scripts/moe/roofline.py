@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workflow_scripts.moe.atomic import write_text_atomic
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.moe.model_shapes import MoeShape, read_moe_shape
 
 MEMORY_BOUND = "memory-bound: tuning can't help much"
@@ -204,10 +204,10 @@ def main(argv: list[str] | None = None) -> None:
         name = json.loads(args.device_from.read_text())["device_name"]
     device = resolve_device(args.engine, shape, name, args.peak_tflops, args.mem_bw_gbs)
     table = roofline_table(shape, device, args.batch_sizes)
-    write_text_atomic(args.out, table.to_csv(index=False))
+    atomic_write_text(args.out, table.to_csv(index=False))
     import vl_convert as vlc
 
-    write_text_atomic(args.plot, vlc.vegalite_to_svg(roofline_chart(table).to_json()))
+    atomic_write_text(args.plot, vlc.vegalite_to_svg(roofline_chart(table).to_json()))
     print(table[["batch_size", "experts_touched", "intensity_flop_per_byte", "ridge_flop_per_byte", "verdict"]].to_string(index=False))
 
 

@@ -99,7 +99,7 @@ def _ranked(samples: dict[int, list[float]], alive: list[int]) -> list[int]:
     Every alive candidate was in every pass so far (sample p of each comes from pass p, taken back to
     back), so load that lasts a pass slows them alike and cancels in the ratio. On a shared machine load
     comes in phases of tens to hundreds of milliseconds, and comparing fastest samples taken in different
-    phases let a lighter phase pick the winner (issue 5's misses). The low median over passes shrugs off
+    phases let a lighter phase pick the winner. The low median over passes shrugs off
     a burst on one candidate (with two passes it is the better one); ties go to the fastest sample.
     """
     passes = range(len(samples[alive[0]]))

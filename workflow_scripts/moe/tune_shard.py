@@ -15,7 +15,7 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from workflow_scripts.moe.atomic import write_json_atomic
+from workflow_scripts.io import atomic_write_json
 from workflow_scripts.moe.model_shapes import read_moe_shape
 from workflow_scripts.moe.naming import triton_version_dir
 from workflow_scripts.moe.search import SEARCHES
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
             parser.error("--engine sglang needs --tuner-dir and --lock-dir")
         record = tune_sglang(args, batch_sizes)
     record.update(engine=args.engine, shard=args.shard, shards=args.shards, search=args.search, batch_sizes=batch_sizes)
-    write_json_atomic(args.out, record)
+    atomic_write_json(args.out, record)
     print(f"shard {args.shard}: {record['file_name']} for batch sizes {batch_sizes}")
 
 

@@ -7,11 +7,8 @@ it finds the file, a warning with `Fallback to triton version` when it takes ano
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
-
-from workflow_scripts.moe.install import check_device
 
 _LOADED = re.compile(r"Using MoE kernel config from (?P<path>.+?\.json)\.?\s*$", re.MULTILINE)
 _MISSING = re.compile(r"Config file not found at (?P<path>.+?\.json)")
@@ -47,8 +44,3 @@ def check_loaded(log_text: str, expected_file: Path) -> None:
         "(was SGLANG_MOE_CONFIG_DIR passed, and did the server log at INFO level?)"
     )
 
-
-def check_installed_for(installed_json: Path, device_name: str) -> None:
-    """Before launch: refuse an installed tuned file that was tuned for another device."""
-    record = json.loads(Path(installed_json).read_text())
-    check_device(Path(record["file"]).name, device_name, str(installed_json))

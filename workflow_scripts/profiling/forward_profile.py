@@ -3,11 +3,11 @@
     python -m workflow_scripts.profiling.forward_profile --target results/embedded-cpu/models/target \
         --draft results/embedded-cpu/models/draft --concurrency 1 4 16 32 64 --max-steps 6 --out profile.csv
 
-The cost model (analysis/cost_model.py) used to take a step of k drafts as 1 + o + s_C·k plain decode steps: linear
+The cost model (analysis/cost_model/) used to take a step of k drafts as 1 + o + s_C·k plain decode steps: linear
 in k. The engine's step is not. At C=64 a verify carries 64·(k+1) tokens, where the MoE is compute-bound and its
 blocking (`block_m` tokens a pass over the expert weights, 256 by default) adds a pass past 256 tokens: the step
-cost the study measured at synthetic C=64 jumped between steps 3 and 4, and a line through steps 1-3 over-predicted
-steps 4 and 5 there in every run of the steps 4/5 check (README).
+cost the study measured at synthetic C=64 jumps between steps 3 and 4, and a line through steps 1-3 over-predicts
+steps 4 and 5 there (docs/cost_model.md).
 
 So this runs the embedded engine in-process (engine/scheduler.py, one engine per step count, k = 0 the plain one,
 with the MoE configs the drafting settings run) and reads its own forward counters, as the server's /metrics reports
@@ -21,9 +21,8 @@ step of its own block: the host's memory speed moves by tens of percent within a
 measured seconds apart sees less of it than one of two medians over the whole run. `step_cost` = the median of those
 ratios over the repeats (k = 0: 1), and `step_cost_low`/`step_cost_high` a distribution-free interval of that
 median: the j-th lowest and j-th highest ratio, j as large as keeps its coverage at 1 − 2^(−4) or more (the lowest
-and highest at 5 repeats, the 2nd at 9, the 4th at 15), whatever the noise's shape. At C=1 a step is ~3.5 ms and
-five repeats left its shape to chance: the default study's C=1 profile put steps 2 and 3 at 2.28 and 3.05 plain
-steps, 15 repeats at 2.51 and 2.81, where the cells' own forward times measured 2.52 and 2.73 (README, run 9).
+and highest at 5 repeats, the 2nd at 9, the 4th at 15), whatever the noise's shape. At C=1 a step is ~3.5 ms, so
+five repeats leave its shape to the host's drift; the default is 9 (docs/measurements/cost_model_check.md).
 `seconds` is the median seconds per decode forward. The cost model takes the shape of that curve in k, fits its
 scale to the study's throughput, and widens the stated error of a step it never measured by that range.
 """
@@ -45,7 +44,7 @@ import pandas as pd
 import torch
 from scipy.stats import binom
 
-from workflow_scripts.analysis.output import atomic_write_text
+from workflow_scripts.io import atomic_write_text
 from workflow_scripts.engine.scheduler import Engine
 from workflow_scripts.engine.types import SamplingParams, SpecConfig, TokenEvent
 from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS

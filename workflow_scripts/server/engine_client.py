@@ -23,6 +23,7 @@ from collections.abc import Callable
 import zmq
 import zmq.asyncio
 
+from workflow_scripts.engine.torch_setup import engine_threads
 from workflow_scripts.engine.types import SamplingParams, TokenEvent
 from workflow_scripts.server.server_args import ServerArgs
 
@@ -70,18 +71,16 @@ def engine_config(args: ServerArgs, requests_address: str, outputs_address: str)
             "eagle_topk": spec.eagle_topk,
             "num_draft_tokens": spec.num_draft_tokens,
             "draft_model_path": str(spec.draft_model_path) if spec.draft_model_path else None,
+            "adaptive_config": spec.adaptive_config,
         },
     }
 
 
 def engine_env(args: ServerArgs) -> dict[str, str]:
-    """The engine process's environment: --num-threads also sizes the OpenMP/MKL pools of every thread.
-
-    torch.set_num_threads() only reaches the thread that calls it; the scheduler runs its forwards on a thread
-    of its own, whose OpenMP pool would otherwise take every core and spin against other processes."""
+    """The engine process's environment: its thread count (engine/torch_setup.py, as the in-process engine
+    resolves it) also sizes the OpenMP/MKL pools from the start, so no pool of every core is ever created."""
     env = dict(os.environ)
-    if args.num_threads:
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.num_threads)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(engine_threads(args.num_threads))
     return env
 
 

@@ -25,7 +25,7 @@ from workflow_scripts.server.http_errors import RequestError, error_body, error_
 from workflow_scripts.server.metrics import CONTENT_TYPE
 from workflow_scripts.server.http_openai import ChatShaper, CompletionShaper
 from workflow_scripts.server.http_openapi import build_openapi, operation, ref
-from workflow_scripts.server.http_schemas import (
+from workflow_scripts.server.request_prep import (
     ModelLimits,
     parse_json_object,
     prepare_chat,

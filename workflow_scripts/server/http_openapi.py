@@ -1,8 +1,8 @@
 """The OpenAPI document at /openapi.json: every route's request body and responses (200 JSON, SSE streams, 4xx).
 
-The routes read their bodies themselves (strict parsing, errors naming the field: http_schemas.py), so FastAPI
+The routes read their bodies themselves (strict parsing, errors naming the field: request_prep.py), so FastAPI
 cannot infer the bodies; each route declares them with `openapi_extra=operation(...)`, pointing at the pydantic
-models of http_schemas.py and http_responses.py, whose schemas `build_openapi` adds under components. The served
+models of protocol.py and http_responses.py, whose schemas `build_openapi` adds under components. The served
 model's limits (vocabulary, context length) are filled in there, so the document states exactly what this
 server accepts. A streamed 200 is `text/event-stream`: each event's `data` is the JSON of one chunk (its schema
 given as `contentSchema`), or the closing `[DONE]`.
@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from workflow_scripts.server.auth import OPEN_PREFIXES
 from workflow_scripts.server.http_responses import RESPONSE_MODELS
-from workflow_scripts.server.http_schemas import (
+from workflow_scripts.server.protocol import (
     CHAT_SAMPLING_FIELDS,
     COMPLETION_SAMPLING_FIELDS,
     MAX_TOKENS,
@@ -32,9 +32,9 @@ from workflow_scripts.server.http_schemas import (
     GenerateIds,
     GenerateText,
     InEngineBenchIn,
-    ModelLimits,
     SamplingParamsIn,
 )
+from workflow_scripts.server.request_prep import ModelLimits
 
 REF_TEMPLATE = "#/components/schemas/{model}"
 
@@ -101,7 +101,7 @@ def _openai_request(schemas: dict, model: type[BaseModel], fields: dict[str, str
 
 
 def _fill_limits(node: Any, limits: ModelLimits) -> None:
-    """Replace the markers of http_schemas.py by this model's vocabulary and context length, and by `$ref`s,
+    """Replace the markers of protocol.py by this model's vocabulary and context length, and by `$ref`s,
     in place."""
     if isinstance(node, dict):
         if REF in node:

@@ -149,9 +149,11 @@ class ModelList(_Open):
 
 
 class ServerInfo(_Open):
-    """The resolved server args plus the engine's live counters (`internal_states[0]`)."""
+    """The resolved server args plus the engine's live counters (`internal_states[0]`) and, ours, the engine
+    process's torch setup (`engine_torch`: threads, grad and inference mode, ISA; engine/torch_setup.py)."""
 
     internal_states: list[dict]
+    engine_torch: dict | None = None
     version: str
     startup_time: float
 

@@ -27,7 +27,7 @@ from workflow_scripts.server.chat_template import load_chat_template
 from workflow_scripts.server.cpu_binding import bind_front
 from workflow_scripts.server.engine_client import EngineClient, EngineStartError
 from workflow_scripts.server.http_api import ServerState, create_app
-from workflow_scripts.server.http_schemas import ModelLimits
+from workflow_scripts.server.request_prep import ModelLimits
 from workflow_scripts.server.metrics import ServerMetrics
 from workflow_scripts.server.server_args import ServerArgs, ServerArgsError, parse_server_args
 from workflow_scripts.server.server_generate import Generator
@@ -87,7 +87,7 @@ def build_state(args: ServerArgs, engine: EngineClient, tokenizer) -> ServerStat
             encode=lambda text: tokenizer.encode(text).ids,
             chat_prompt=chat_prompt,
         ),
-        server_info={**args.to_dict(), "engine": "specstudy-embedded"},
+        server_info={**args.to_dict(), "engine": "specstudy-embedded", "engine_torch": engine.info["torch"]},
         model_info={
             "model_path": args.model_path,
             "served_model_name": args.served_model_name,

@@ -14,7 +14,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NoReturn
 
-from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SpecConfig, chunked_prefill_problem
+from workflow_scripts.engine.adaptive import candidate_steps, initial_steps, load_adaptive_config
+from workflow_scripts.engine.torch_setup import engine_threads
+from workflow_scripts.engine.types import (
+    DEFAULT_CHUNKED_PREFILL_SIZE, EngineConfigError, SpecConfig, chunked_prefill_problem,
+)  # fmt: skip
 from workflow_scripts.server.cpu_binding import CpuBindingError, engine_cpus
 from workflow_scripts.speculation_rules import speculation_problem
 
@@ -59,6 +63,8 @@ class ServerArgs:
     enable_in_engine_bench: bool = False
     api_key: str | None = None
     engine_cpus: tuple[int, ...] | None = None  # SGLANG_CPU_OMP_THREADS_BIND (server/cpu_binding.py)
+    speculative_adaptive: bool = False  # SGLang's adaptive step tiers (engine/adaptive.py)
+    speculative_adaptive_config: str | None = None  # its JSON file; None = SGLang's default tiers
 
     def spec_config(self) -> SpecConfig | None:
         """The engine's view of the speculation flags (None when not speculating)."""
@@ -70,6 +76,7 @@ class ServerArgs:
             eagle_topk=self.speculative_eagle_topk,
             num_draft_tokens=self.speculative_num_draft_tokens,
             draft_model_path=Path(self.speculative_draft_model_path) if self.speculative_draft_model_path else None,
+            adaptive_config=load_adaptive_config(self.speculative_adaptive_config) if self.speculative_adaptive else None,
         )
 
     def to_dict(self) -> dict:
@@ -99,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--random-seed", type=int, default=None, help="default: a random seed, reported by /server_info")
     p.add_argument("--log-level", default="info", choices=LOG_LEVELS)
     p.add_argument("--context-length", type=int, default=None, help="default: the model's max_position_embeddings")
-    p.add_argument("--num-threads", type=int, default=None, help="torch intra-op threads (ours, not SGLang's)")
+    p.add_argument("--num-threads", type=int, default=None,
+                   help="torch intra-op threads (ours, not SGLang's); default $SPECSTUDY_ENGINE_THREADS, else 1")
     p.add_argument("--dtype", default="auto", choices=("auto", "float32", "bfloat16"),
                    help="weights and activations; auto = config.json's torch_dtype (float32 for the built pair)")
     p.add_argument("--speculative-algorithm", default=None, choices=SPEC_ALGORITHMS)
@@ -107,6 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--speculative-num-steps", type=int, default=None)
     p.add_argument("--speculative-eagle-topk", type=int, default=None)
     p.add_argument("--speculative-num-draft-tokens", type=int, default=None)
+    p.add_argument("--speculative-adaptive", action="store_true",
+                   help="switch --speculative-num-steps among step tiers at run time from a moving average of acceptance")
+    p.add_argument("--speculative-adaptive-config", default=None,
+                   help="JSON file of the tiers per batch size and the rule's knobs (default: SGLang's own tiers)")
     p.add_argument("--chunked-prefill-size", type=int, default=None,
                    help=f"max prompt tokens prefilled per forward; -1 disables chunking (default {DEFAULT_CHUNKED_PREFILL_SIZE})")
     p.add_argument("--enable-mixed-chunk", action="store_true",
@@ -162,6 +174,8 @@ def _resolve_speculation(ns: argparse.Namespace) -> tuple[int | None, int | None
         raise ServerArgsError("--speculative-draft-model-path is required with --speculative-algorithm STANDALONE")
     if ns.speculative_algorithm == "NGRAM" and ns.speculative_draft_model_path:
         raise ServerArgsError("--speculative-draft-model-path must not be set with --speculative-algorithm NGRAM")
+    if ns.speculative_adaptive:
+        return _resolve_adaptive(ns)
     if steps is None:
         return DEFAULT_SPEC_STEPS, DEFAULT_SPEC_TOPK, DEFAULT_SPEC_DRAFT_TOKENS
     if steps < 1:
@@ -171,11 +185,36 @@ def _resolve_speculation(ns: argparse.Namespace) -> tuple[int | None, int | None
     return steps, topk, draft_tokens
 
 
+def _resolve_adaptive(ns: argparse.Namespace) -> tuple[int, int, int]:
+    """SGLang's `_init_adaptive_speculative_params`: the starting steps must be a tier (the middle tier when unset),
+    topk 1, and draft tokens follow the steps."""
+    flag = "--speculative-adaptive-config"
+    try:
+        cfg = load_adaptive_config(ns.speculative_adaptive_config)
+        candidate_steps(cfg)
+    except FileNotFoundError:
+        raise ServerArgsError(f"{flag}: {ns.speculative_adaptive_config} does not exist") from None
+    except (ValueError, AttributeError, TypeError) as err:
+        raise ServerArgsError(f"{flag}: {ns.speculative_adaptive_config}: {err}") from None
+    if ns.speculative_eagle_topk not in (None, 1):
+        raise ServerArgsError(f"--speculative-eagle-topk {ns.speculative_eagle_topk} is not supported with "
+                              "--speculative-adaptive (only 1, as in SGLang)")
+    try:
+        steps = initial_steps(cfg, ns.speculative_num_steps)
+    except ValueError as err:
+        raise ServerArgsError(str(err)) from None
+    return steps, 1, steps + 1
+
+
 def parse_server_args(argv: Sequence[str]) -> ServerArgs:
     """Parse and validate flags and model dirs; raises ServerArgsError with a one-line reason."""
     ns = build_parser().parse_args(list(argv))
     for name in ("max_running_requests", "num_threads", "stream_interval"):
         _check_positive(ns, name)
+    try:
+        engine_threads(ns.num_threads)  # $SPECSTUDY_ENGINE_THREADS, when no --num-threads: refused here, by name
+    except EngineConfigError as err:
+        raise ServerArgsError(str(err)) from None
     if ns.api_key is not None and not ns.api_key.strip():
         raise ServerArgsError("--api-key must not be empty")
     _check_positive(ns, "context_length", minimum=2)
@@ -226,4 +265,6 @@ def parse_server_args(argv: Sequence[str]) -> ServerArgs:
         enable_in_engine_bench=ns.enable_in_engine_bench,
         api_key=ns.api_key,
         engine_cpus=tuple(sorted(cpus)) if cpus else None,
+        speculative_adaptive=ns.speculative_adaptive and ns.speculative_algorithm is not None,
+        speculative_adaptive_config=ns.speculative_adaptive_config,
     )

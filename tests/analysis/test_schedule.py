@@ -1,0 +1,109 @@
+"""The step schedule: noise-aware steps per band, and deployment files that run exactly that schedule."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+
+from workflow_scripts.analysis.recommend import RECOMMENDATION_COLUMNS
+from workflow_scripts.analysis.schedule import bands_problem, band_ranges, main, step_schedule
+from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, load_adaptive_config
+from workflow_scripts.launcher.command import ServerSpec, build_command, check_setting
+
+
+def standalone(steps: int) -> dict:
+    return {"speculative_algorithm": "STANDALONE", "speculative_num_steps": steps, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": steps + 1, "moe_config": "tuned"}
+
+
+CONFIG = {
+    "settings": {"baseline": {"moe_config": "tuned"}, **{f"steps{k}": standalone(k) for k in (1, 2, 3)},
+                 "ngram": {**standalone(2), "speculative_algorithm": "NGRAM"}},
+    "workloads": {"synthetic": {}, "realistic": {}},
+    "analysis": {"bands": {"low": [1, 4], "mid": [16], "high": [32, 64]}},
+}
+MAX_BATCH = 64
+
+
+def rec(workload: str, band: str, pick: str, verdict: str, tied: str = "") -> dict:
+    return {**dict.fromkeys(RECOMMENDATION_COLUMNS, ""), "band": band, "workload": workload, "metric": "aggregate_tok_s",
+            "recommended": pick, "verdict": verdict, "tied_with": tied}
+
+
+RECOMMENDATION = pd.DataFrame([
+    rec("synthetic", "low", "steps2", "real"),
+    rec("synthetic", "mid", "steps3", "within noise"),
+    rec("synthetic", "high", "baseline", "within noise"),
+    rec("synthetic", "low", "steps3", "real") | {"metric": "per_request_tok_s"},  # another metric: not scheduled
+    rec("realistic", "low", "steps1", "real", tied="steps2"),
+    rec("realistic", "mid", "ngram", "real"),
+    rec("realistic", "high", "", ""),
+])
+
+
+def test_steps_per_band_are_noise_aware():
+    schedule = step_schedule(RECOMMENDATION, StudyConfig.from_dict(CONFIG), MAX_BATCH).set_index(["workload", "band"])
+    expected = {("synthetic", "low"): (1, 15, 2, "beats baseline beyond noise"),
+                ("synthetic", "mid"): (16, 31, 0, "not decided against baseline"),
+                ("synthetic", "high"): (32, 64, 0, "baseline (no speculation) scores best"),
+                ("realistic", "low"): (1, 15, 1, "tied within tolerance with steps2, fewer steps kept"),
+                ("realistic", "mid"): (16, 31, 0, "ngram is not a STANDALONE setting"),
+                ("realistic", "high"): (32, 64, 0, "no eligible setting")}
+    for key, (lo, hi, steps, why) in expected.items():
+        row = schedule.loc[key]
+        assert (row["batch_from"], row["batch_to"], row["steps"]) == (lo, hi, steps)
+        assert why in row["reason"]
+
+
+def test_emitted_schedule_round_trips(tmp_path):
+    """Read back from settings.yaml, the schedule validates as a setting and builds the argv of the setting the study
+    emitted; the SGLang config it names routes every batch size to the band's steps, as the vLLM form does."""
+    rec_csv, deploy = tmp_path / "recommendation.csv", tmp_path / "deploy"
+    RECOMMENDATION.to_csv(rec_csv, index=False)
+    summary = pd.DataFrame([{"source": "measured", "setting": s, "workload": w, "concurrency": c,
+                             "aggregate_tok_s_median": 100.0 * c ** 0.5 * (1 + 0.1 * i)}
+                            for i, s in enumerate(CONFIG["settings"]) for w in CONFIG["workloads"] for c in (1, 4, 16, 32, 64)])
+    summary.to_csv(tmp_path / "summary.csv", index=False)
+    assert main(["--recommendation", str(rec_csv), "--config-json", json.dumps(CONFIG), "--max-batch", str(MAX_BATCH),
+                 "--out-csv", str(tmp_path / "step_schedule.csv"), "--deploy-dir", str(deploy),
+                 "--summary", str(tmp_path / "summary.csv"), "--plot-dir", str(tmp_path)]) == 0
+    svg = (tmp_path / "step_schedule.svg").read_text()
+    assert "2 steps" in svg and "realistic" in svg  # the scheduled steps labelled, a panel per workload
+    schedule = pd.read_csv(tmp_path / "step_schedule.csv")
+    spec = ServerSpec("embedded", "/m/target", "/m/draft", "127.0.0.1", MAX_BATCH, 0)
+    for workload in CONFIG["workloads"]:
+        bands = schedule[schedule["workload"] == workload]
+        settings = yaml.safe_load((deploy / workload / "settings.yaml").read_text())["settings"]
+        (name, setting), = settings.items()
+        check_setting(name, setting)
+        argv = build_command(spec, setting, port=30000)
+        config_path = argv[argv.index("--speculative-adaptive-config") + 1]
+        assert argv[argv.index("--speculative-num-steps") + 1] == str(bands["steps"].iloc[0] or 1)
+        rule = AdaptiveSpeculativeParams(setting["speculative_num_steps"], load_adaptive_config(config_path))
+        vllm = json.loads((deploy / workload / "vllm_speculative_config.json").read_text())
+        for r in bands.itertuples():
+            for batch in range(r.batch_from, r.batch_to + 1):
+                assert rule.steps_for_batch(batch) == r.steps
+                assert [k for lo, hi, k in vllm["num_speculative_tokens_per_batch_size"] if lo <= batch <= hi] == [r.steps]
+        # a rebuilt command from the yaml text equals one from the same setting re-read: the file is the setting
+        again = yaml.safe_load(yaml.safe_dump(setting))
+        assert build_command(spec, again, port=30000) == argv
+
+
+@pytest.mark.parametrize("bands, fragment", [
+    ({"low": [4, 1]}, "analysis.bands.low: concurrencies must be increasing"),
+    ({"low": [1, 4], "mid": [4, 16]}, "analysis.bands.mid: starts at 4, not above band low's last concurrency 4"),
+    ({"high": [32], "low": [1]}, "analysis.bands.low: starts at 1"),
+])
+def test_overlapping_or_unsorted_bands_name_the_key(bands, fragment):
+    assert fragment in bands_problem(bands)
+
+
+def test_ranges_cover_every_batch_size_once():
+    assert band_ranges({"a": [1, 2], "b": [8], "c": [32]}, 48) == [("a", 1, 7), ("b", 8, 31), ("c", 32, 48)]
+    # in any key order (the rules pass the config with sorted keys); the first band from 1; none past the server's
+    assert band_ranges({"high": [32, 64], "low": [2, 4], "mid": [16]}, 20) == [("low", 1, 15), ("mid", 16, 20)]
