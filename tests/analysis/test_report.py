@@ -111,7 +111,9 @@ def test_analysis_rules_end_to_end_with_report_html_and_zip(tmp_path: Path):
         # the requests files are given; no cohort meta, no A/A twin
         'COVERAGE = {name: [] for name in config["settings"]}\nCOHORT_BY_ID = {}\n'
         # no forward profile of the engine: the cost model's step cost stays linear in the drafts
-        'PROFILE = None\nPROFILED = False\n\n'
+        'PROFILE = None\nPROFILED = False\n'
+        # no served-overhead measurement (rules/profile.smk): the summary prints no server-cost line
+        'SERVED_OVERHEAD = []\n\n'
         f'report: "{REPO}/report/workflow.rst"\n'
         f'include: "{REPO}/rules/analysis.smk"\n\n'
         "rule all:\n    input: analysis_outputs()\n")
