@@ -27,24 +27,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from workflow_scripts.engine.closed_loop import run_cell  # noqa: E402
-from workflow_scripts.engine.scheduler import Engine  # noqa: E402
+from workflow_scripts.engine.scheduler import Scheduler  # noqa: E402
 from workflow_scripts.engine.simulated_acceptance import ENV_LEN, ENV_TOKEN_MODE  # noqa: E402
 from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
 
 
-def build(target: Path, draft: Path, steps: int, acc: float | None, adaptive: dict | None, slots: int) -> Engine:
+def build(target: Path, draft: Path, steps: int, acc: float | None, adaptive: dict | None, slots: int) -> Scheduler:
     """An engine with SGLANG_SIMULATE_ACC_LEN set only while it reads it (at construction)."""
     os.environ.pop(ENV_LEN, None)
     if acc is not None:
         os.environ[ENV_LEN], os.environ[ENV_TOKEN_MODE] = str(acc), "real-draft-token"
     spec = SpecConfig("STANDALONE", steps, 1, steps + 1, draft, adaptive_config=adaptive) if steps else None
-    engine = Engine(target, spec, slots, 0, num_threads=1)
+    engine = Scheduler(target, spec, slots, 0, num_threads=1)
     os.environ.pop(ENV_LEN, None)
     engine.start()
     return engine
 
 
-def aggregate(engine: Engine, prompts: list[list[int]], params: SamplingParams, c: int) -> tuple[float, float]:
+def aggregate(engine: Scheduler, prompts: list[list[int]], params: SamplingParams, c: int) -> tuple[float, float]:
     """(aggregate tok/s, tokens per verify) of one closed-loop cell."""
     t0 = time.perf_counter()
     done = run_cell(engine, prompts, params, c)

@@ -20,7 +20,7 @@ round run in a seeded random order (client/rounds.py), so a drift in the machine
 
 The host's speed moves by tens of percent between two cells seconds apart, which a ratio of consecutive cells
 carries whole. So each side also reads its engine's own forward counters around each cell (/server_info's
-internal state through HTTP and around the in-engine cell, `Engine.stats()` in-process): tokens per forward-second
+internal state through HTTP and around the in-engine cell, `Scheduler.stats()` in-process): tokens per forward-second
 is the engine's pace in that cell. Each ratio then splits into the pace ratio (the forwards ran slower: the host,
 the server's other processes competing for the core, caches or memory, or more and smaller prefills of requests
 that arrived apart)
@@ -67,7 +67,7 @@ from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts  #
 from workflow_scripts.client.rounds import seeded_order  # noqa: E402
 from workflow_scripts.engine.closed_loop import Timed  # noqa: E402
 from workflow_scripts.engine.closed_loop import run_cell as run_in_process  # noqa: E402
-from workflow_scripts.engine.scheduler import Engine  # noqa: E402
+from workflow_scripts.engine.scheduler import Scheduler  # noqa: E402
 from workflow_scripts.engine.types import FORWARD_MODES, SamplingParams, SpecConfig  # noqa: E402
 from workflow_scripts.launcher.command import ServerSpec, build_command  # noqa: E402
 from workflow_scripts.launcher.process import ServerProcess, free_port  # noqa: E402
@@ -208,7 +208,7 @@ def main() -> None:
                 stack.enter_context(ServerProcess(build_command(spec, setting, port), log, f"http://127.0.0.1:{port}",
                                                   300, env))
                 urls[name, side] = f"http://127.0.0.1:{port}"
-            engines[name] = Engine(args.model, spec_config(setting, args.draft), slots, 0, num_threads=1)
+            engines[name] = Scheduler(args.model, spec_config(setting, args.draft), slots, 0, num_threads=1)
             engines[name].start()
             stack.callback(engines[name].stop)
         for c in args.concurrency:

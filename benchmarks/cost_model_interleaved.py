@@ -27,7 +27,7 @@ from workflow_scripts.analysis.cost_model.report import analyse
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import MEASURED
 from workflow_scripts.engine.closed_loop import run_cell
-from workflow_scripts.engine.scheduler import Engine
+from workflow_scripts.engine.scheduler import Scheduler
 from workflow_scripts.engine.types import SamplingParams, SpecConfig
 
 
@@ -41,7 +41,7 @@ def measure(args: argparse.Namespace) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(requests with histograms, cells with aggregate tok/s per round), all settings interleaved per round."""
     max_c = max(args.concurrency)
     settings = {"baseline": None} | {f"steps{k}": SpecConfig("STANDALONE", k, 1, k + 1, args.draft) for k in args.steps}
-    engines = {name: Engine(args.target, spec, max_c, 0, num_threads=1) for name, spec in settings.items()}
+    engines = {name: Scheduler(args.target, spec, max_c, 0, num_threads=1) for name, spec in settings.items()}
     for engine in engines.values():
         engine.start()
     prompts = make_prompts(args.target, max(max_c, 8), realistic=False, vocab=engines["baseline"].vocab_size)

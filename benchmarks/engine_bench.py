@@ -6,7 +6,7 @@
 (c) aggregate tok/s at concurrency 1, 4, 16, and the engine's own batching ceiling 16*t(B=1)/t(B=16)
     from single batched forward timings.
 
-The Engine is driven in-process (its scheduling thread, sinks recording timestamps). Beside each in-process row of
+The Scheduler is driven in-process (its scheduling thread, sinks recording timestamps). Beside each in-process row of
 (a) and of (b) at concurrency 1 and 16 stands a "served" row: the same engine and setting behind the HTTP server,
 started as the study starts it (`launcher.command.build_command`, with the study's incremental streaming) and
 driven by the study's client (`client.cell.run_cell`) on the same prompts; "served ÷ in-process" is what the
@@ -40,7 +40,7 @@ from tqdm import tqdm  # noqa: E402
 
 from workflow_scripts.engine.model import DecoderModel  # noqa: E402
 from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
-from workflow_scripts.engine.scheduler import Engine  # noqa: E402
+from workflow_scripts.engine.scheduler import Scheduler  # noqa: E402
 from workflow_scripts.engine.types import SamplingParams, SpecConfig  # noqa: E402
 from workflow_scripts.io import atomic_write_text  # noqa: E402
 from workflow_scripts.launcher.process import ServerProcess  # noqa: E402
@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> None:
     N = args.new_tokens
     settings: dict[str, SpecConfig | None] = {"none": None}
     settings.update({f"steps{k}": SpecConfig("STANDALONE", k, 1, k + 1, args.draft) for k in steps})
-    engines = {name: Engine(args.target, spec, max_c, 0, num_threads=args.threads, dtype=args.dtype,
+    engines = {name: Scheduler(args.target, spec, max_c, 0, num_threads=args.threads, dtype=args.dtype,
                             enable_mixed_chunk=args.enable_mixed_chunk)
                for name, spec in settings.items()}
     for e in engines.values():

@@ -36,7 +36,7 @@ from tqdm import tqdm  # noqa: E402
 
 from benchmarks.engine_bench import aggregate_tok_s, make_prompts, md_table, random_pair  # noqa: E402
 from workflow_scripts.engine.closed_loop import Timed, run_cell  # noqa: E402
-from workflow_scripts.engine.scheduler import Engine  # noqa: E402
+from workflow_scripts.engine.scheduler import Scheduler  # noqa: E402
 from workflow_scripts.engine.types import DEFAULT_CHUNKED_PREFILL_SIZE, SamplingParams, SpecConfig  # noqa: E402
 from workflow_scripts.io import atomic_write_text  # noqa: E402
 
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> None:
             ap.error(f"--settings: unknown setting {name!r}")
     C = args.concurrency
     n = C * args.waves
-    engines = {(name, mode): Engine(args.target, spec, C, 0, num_threads=args.threads, dtype=args.dtype,
+    engines = {(name, mode): Scheduler(args.target, spec, C, 0, num_threads=args.threads, dtype=args.dtype,
                                     chunked_prefill_size=args.chunked_prefill_size, enable_mixed_chunk=mixed)
                for name, spec in settings.items() for mode, mixed in MODES.items()}
     for e in engines.values():

@@ -24,11 +24,11 @@ from contextlib import ExitStack
 from pathlib import Path
 
 from workflow_scripts.analysis.paired import paired_ratio
+from workflow_scripts.client.cache import cell_metrics
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell_async
 from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts
 from workflow_scripts.client.records import cell_frame
 from workflow_scripts.client.rounds import seeded_order
-from workflow_scripts.client.run_cohort import cell_metrics
 from workflow_scripts.client.slicing import run_together, to_running_clock
 from workflow_scripts.launcher.command import ServerSpec, build_command
 from workflow_scripts.launcher.process import ServerProcess, free_port

@@ -19,7 +19,7 @@ from snakemake.utils import validate
 
 from workflow_scripts.client.cohorts import cohort_plan, plan_cohorts
 from workflow_scripts.client.rounds import launch_order
-from workflow_scripts.client.run_cohort import pid_alive
+from workflow_scripts.client.liveness import pid_alive
 
 REPO = Path(__file__).resolve().parents[2]
 

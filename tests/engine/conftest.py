@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM
 
-from workflow_scripts.engine.scheduler import Engine
+from workflow_scripts.engine.scheduler import Scheduler
 from workflow_scripts.engine.types import SamplingParams, TokenEvent
 
 VOCAB = 96
@@ -112,7 +112,8 @@ class Collector:
             )
 
 
-def run_engine(engine: Engine, batch: list[list[int]], params: SamplingParams) -> tuple[list[list[int]], list[TokenEvent]]:
+def run_engine(engine: Scheduler, batch: list[list[int]],
+               params: SamplingParams) -> tuple[list[list[int]], list[TokenEvent]]:
     """Submit all prompts at once to a started engine; return outputs and final events in prompt order."""
     col = Collector()
     rids = [f"r{i}" for i in range(len(batch))]
@@ -125,11 +126,11 @@ def run_engine(engine: Engine, batch: list[list[int]], params: SamplingParams) -
 @pytest.fixture
 def engine_factory():
     """Build and start engines; stops them all at the end of the test."""
-    made: list[Engine] = []
+    made: list[Scheduler] = []
 
-    def make(*args, **kwargs) -> Engine:
+    def make(*args, **kwargs) -> Scheduler:
         kwargs.setdefault("num_threads", 1)
-        e = Engine(*args, **kwargs)
+        e = Scheduler(*args, **kwargs)
         e.start()
         made.append(e)
         return e

@@ -1,4 +1,4 @@
-"""The Engine end to end on tiny random models: batching, speculation, stopping, aborts, bad input."""
+"""The Scheduler end to end on tiny random models: batching, speculation, stopping, aborts, bad input."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from workflow_scripts.engine.scheduler import Engine
+from workflow_scripts.engine.scheduler import Scheduler
 from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig, TokenEvent
 
 from .conftest import VOCAB, Collector, prompts, run_engine, with_config
@@ -24,7 +24,7 @@ def spec(algorithm: str, steps: int, draft=None) -> SpecConfig:
 @pytest.fixture(scope="module")
 def baseline(target_dir):
     """Greedy outputs without speculation, one request at a time."""
-    engine = Engine(target_dir, None, 1, 0, num_threads=1)
+    engine = Scheduler(target_dir, None, 1, 0, num_threads=1)
     engine.start()
     try:
         return [run_engine(engine, [p], GREEDY)[0][0] for p in prompts(6)]
@@ -76,7 +76,7 @@ def test_sampled_speculation_completes_with_limits(dtype, target_dir, near_draft
     assert all(0 <= t < VOCAB for o in outs for t in o)
 
 
-def run_seeded(engine: Engine, batch: list[list[int]], seeds: list[int]) -> list[list[int]]:
+def run_seeded(engine: Scheduler, batch: list[list[int]], seeds: list[int]) -> list[list[int]]:
     """Submit sampled requests, each with its own sampling_seed, all at once; outputs in prompt order."""
     col = Collector()
     rids = [f"s{i}" for i in range(len(batch))]
@@ -211,9 +211,9 @@ def test_config_errors_name_the_flag_or_path(target_dir, tmp_path):
     for kwargs, flag in cases:
         kwargs.setdefault("max_running_requests", 2)
         with pytest.raises(EngineConfigError, match=flag):
-            Engine(target_dir, random_seed=0, **kwargs)
+            Scheduler(target_dir, random_seed=0, **kwargs)
     with pytest.raises(EngineConfigError, match="vocab_size") as info:
-        Engine(target_dir, spec("STANDALONE", 2, small_vocab), 2, 0)
+        Scheduler(target_dir, spec("STANDALONE", 2, small_vocab), 2, 0)
     assert str(small_vocab) in str(info.value)
 
 

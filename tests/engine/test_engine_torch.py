@@ -25,8 +25,8 @@ STARTUP_TIMEOUT_S = 120
 IN_PROCESS = """
 import json, sys
 from pathlib import Path
-from workflow_scripts.engine.scheduler import Engine
-engine = Engine(Path(sys.argv[1]), None, 4, 0)
+from workflow_scripts.engine.scheduler import Scheduler
+engine = Scheduler(Path(sys.argv[1]), None, 4, 0)
 engine.start()
 print(json.dumps(engine.torch_config))
 engine.stop()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from workflow_scripts.client.prompts import definition_head, heldout_documents, load_tokenizer
-from workflow_scripts.engine.scheduler import Engine
+from workflow_scripts.engine.scheduler import Scheduler
 from workflow_scripts.engine.types import EngineConfigError, SamplingParams, SpecConfig
 
 from .conftest import Collector
@@ -30,7 +30,7 @@ def workload(smoke_pair) -> list[tuple[list[int], SamplingParams]]:
     return [(h, SamplingParams(temperature=0.0, max_new_tokens=5 + 4 * (i % 4), ignore_eos=True)) for i, h in enumerate(heads)]
 
 
-def run(engine: Engine, workload) -> list[list[int]]:
+def run(engine: Scheduler, workload) -> list[list[int]]:
     col = Collector()
     rids = [f"w{i}" for i in range(len(workload))]
     for rid, (prompt, params) in zip(rids, workload):
@@ -43,7 +43,7 @@ def run(engine: Engine, workload) -> list[list[int]]:
 @pytest.fixture(scope="module")
 def baseline(smoke_pair, workload) -> list[list[int]]:
     """No speculation, no chunking, no mixing, one request at a time."""
-    engine = Engine(smoke_pair[0], None, 1, 0, num_threads=1, chunked_prefill_size=-1)
+    engine = Scheduler(smoke_pair[0], None, 1, 0, num_threads=1, chunked_prefill_size=-1)
     engine.start()
     try:
         return run(engine, workload)
@@ -121,8 +121,8 @@ def test_abort_during_chunked_prefill_frees_the_slot(smoke_pair, workload, basel
 
 
 def test_mixed_chunk_needs_chunking_and_bad_sizes_name_the_flag(smoke_pair):
-    engine = Engine(smoke_pair[0], None, 2, 0, chunked_prefill_size=-1, enable_mixed_chunk=True)
+    engine = Scheduler(smoke_pair[0], None, 2, 0, chunked_prefill_size=-1, enable_mixed_chunk=True)
     assert not engine.enable_mixed_chunk  # SGLang: mixing needs chunked prefill
     for size in (0, -2):
         with pytest.raises(EngineConfigError, match="--chunked-prefill-size"):
-            Engine(smoke_pair[0], None, 2, 0, chunked_prefill_size=size)
+            Scheduler(smoke_pair[0], None, 2, 0, chunked_prefill_size=size)

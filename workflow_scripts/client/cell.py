@@ -90,7 +90,7 @@ def sampling_params(workload: dict) -> dict:
     }
 
 
-# a liveness check that runs beside a cell and raises when the server is gone or hung (run_cohort.watch)
+# a liveness check that runs beside a cell and raises when the server is gone or hung (liveness.watch)
 Watchdog = Callable[[aiohttp.ClientSession], Awaitable[None]]
 
 

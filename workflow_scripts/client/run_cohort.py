@@ -5,11 +5,12 @@
         --meta-out results/S/benchmark/COHORT.json
 
 The plan comes from workflow_scripts.client.cohorts (which settings are measured together, over which cells);
-the design (sliced, interleaved, blocked, sequential) and the stopping rule from workflow_scripts.client.rounds.
-Each measured cell is cached under `cells/{cohort}/{runtime key}/` (the key holds the models' and the MoE file's
-digests and the design that ran), once its server proved alive after it, so a killed job loses at most the cell
-in flight (sliced: the round of the cell in flight, whose members run at once) and its rerun completes the same
-rounds.
+the stopping rule from workflow_scripts.client.rounds; the design (sliced, interleaved, blocked, sequential) from
+workflow_scripts.client.designs; the liveness checks from workflow_scripts.client.liveness. Each measured cell is
+cached (workflow_scripts.client.cache) under `cells/{cohort}/{runtime key}/` (the key holds the models' and the MoE
+file's digests and the design that ran), once its server proved alive after it, so a killed job loses at most the
+cell in flight (sliced: the round of the cell in flight, whose members run at once) and its rerun completes the
+same rounds.
 """
 
 from __future__ import annotations
@@ -17,110 +18,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import hashlib
 import json
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
 import aiohttp
 import pandas as pd
 import uvloop
-from safetensors import safe_open
 from tqdm import tqdm
 
-from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.io import atomic_write_text
+from workflow_scripts.client.cache import CellCache, cell_metrics, runtime_key
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell_async, sampling_params, seed_base
 from workflow_scripts.client.cohorts import MANIFEST
+from workflow_scripts.client.designs import DESIGNS, resolve_schedule
+from workflow_scripts.client.liveness import check_supervisor, exit_on_sigterm, watch
 from workflow_scripts.client.prompts import build_prompts
-from workflow_scripts.client.records import cell_frame, read_records, write_parquet_atomic
-from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, launch_order, seeded_order
-from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus, member_server
+from workflow_scripts.client.records import cell_frame, write_parquet_atomic
+from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, seeded_order
+from workflow_scripts.client.servers import Live, Models, member_server
 from workflow_scripts.client.slicing import TurnClock, run_share, run_together, to_running_clock
-from workflow_scripts.launcher.process import ServerError, ServerProcess, log_tail
 from workflow_scripts.machine import memory_speed_gbs, stream_bandwidth_gbs
 
 log = logging.getLogger("benchmark")
-
-CELL_FILE = re.compile(r"^(?P<cell>[0-9a-f]+)-r(?P<round>\d+)-(?P<member>[A-Za-z0-9_-]+)\.parquet$")
-# the liveness check beside a running cell (watch): every 2 s, 5 s to answer, 3 misses in a row = hung
-HANG_EVERY_S, HANG_TIMEOUT_S, HANG_CHECKS = 2.0, 5.0, 3
-# a server's resident memory beyond its weights (torch, tokenizer, HTTP stack, KV cache of the smoke shapes)
-SERVER_OVERHEAD_MB = 900
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def check_weights(path: Path) -> None:
-    """A damaged weights file fails the job in one line naming it, before any server starts (not as a server's
-    start-up traceback): safetensors' header must describe exactly the bytes that are there."""
-    try:
-        with safe_open(str(path), framework="pt") as fh:
-            for name in fh.keys():
-                fh.get_slice(name)
-        with open(path, "rb") as fh:  # the header only: the weights were just read through safe_open
-            header = int.from_bytes(fh.read(8), "little")
-            data = json.loads(fh.read(header))
-        end = max(t["data_offsets"][1] for k, t in data.items() if k != "__metadata__")
-        if path.stat().st_size != 8 + header + end:
-            raise ValueError(f"{path.stat().st_size} bytes on disk, the header describes {8 + header + end}")
-    except Exception as err:  # safetensors raises its own error types for a bad header
-        raise SystemExit(f"{path}: damaged model weights ({err}); rebuild the pair (delete its folder and rerun)")
-
-
-def runtime_key(plan: dict, models: Models, schedule: str) -> str:
-    """What the config cannot know: the built weights, the tuned MoE file and the design `auto` resolved to (and a
-    sliced design's turn length). A change re-measures the cohort: cells of two designs are never paired."""
-    if plan["engine"] == "embedded":
-        files = {role: d / "model.safetensors" for role, d in (("target", models.target), ("draft", models.draft)) if d}
-        for path in files.values():
-            check_weights(path)
-        weights = {role: sha256_file(path) for role, path in files.items()}
-    else:
-        weights = {"target": str(models.target), "draft": str(models.draft)}
-    moe = sha256_file(Path(models.moe_installed["file"])) if models.moe_installed else None
-    design = [schedule, plan["slice_ms"]] if schedule == "sliced" else [schedule]
-    return hashlib.sha256(json.dumps([weights, moe, design], sort_keys=True).encode()).hexdigest()[:12]
-
-
-def resolve_schedule(plan: dict, models: Models) -> str:
-    """`auto`: every member's server at once when they fit (memory on the embedded engine, GPUs on SGLang): sliced
-    on the embedded engine, interleaved on SGLang; else blocked."""
-    schedule, members = plan["schedule"], list(plan["members"])
-    if schedule == "sliced" and plan["engine"] != "embedded":
-        raise SystemExit("benchmark.schedule: sliced freezes servers in turns, which only the embedded engine allows;"
-                         " use interleaved, blocked or auto on SGLang")
-    if schedule != "auto":
-        return schedule
-    if plan["engine"] == "sglang":
-        need = sum(member_gpus(plan, name) for name in members)
-        return "interleaved" if plan["node_gpus"] and need <= plan["node_gpus"] else "blocked"
-    weights_mb = sum((d / "model.safetensors").stat().st_size for d in (models.target, models.draft) if d) / 2**20
-    need_mb = len(members) * (SERVER_OVERHEAD_MB + 2 * weights_mb)
-    available_mb = available_memory_mb()
-    log.info("auto schedule: %d servers need ~%.0f MB, %.0f MB available", len(members), need_mb, available_mb)
-    return "sliced" if need_mb <= 0.8 * available_mb else "blocked"
-
-
-def available_memory_mb() -> float:
-    with open("/proc/meminfo") as fh:
-        info = dict(line.split(":", 1) for line in fh)
-    return int(info["MemAvailable"].split()[0]) / 1024
 
 
 class Cohort:
@@ -134,7 +62,7 @@ class Cohort:
         self.ledger = Ledger(self.control, members_of)
         self.planner = Planner(RoundPolicy.from_plan(plan["rounds"]), self.ledger)
         self.schedule = resolve_schedule(plan, models)
-        self.dir = args.cells_dir / runtime_key(plan, models, self.schedule)
+        self.cache = CellCache(args.cells_dir / runtime_key(plan, models, self.schedule))
         self.prompts = {name: build_prompts(cell["spec"], models.target)
                         for name, cell in {c["workload"]: c for c in plan["cells"]}.items()}
         self.seconds: dict[str, float] = {name: 0.0 for name in plan["members"]}
@@ -144,30 +72,9 @@ class Cohort:
         self.turns: dict[str, list[str]] = {}
         self.progress: tqdm | None = None
 
-    # --- cache -------------------------------------------------------------------------------------------------
-    def path(self, cell: str, member: str, round_: int) -> Path:
-        return self.dir / f"{cell}-r{round_}-{member}.parquet"
-
-    def load_cached(self) -> int:
-        """Read the finished cells of earlier runs; a truncated or foreign file is measured again, never read."""
-        n = 0
-        for path in sorted(self.dir.glob("*.parquet")) if self.dir.is_dir() else []:
-            match = CELL_FILE.match(path.name)
-            if not match or match["cell"] not in self.cells or match["member"] not in self.plan["members"]:
-                continue
-            try:
-                frame = read_records(path)
-            except Exception as err:  # pyarrow raises several types for a damaged file
-                log.warning("cached cell %s is unreadable (%s): measuring it again", path, err)
-                path.unlink()
-                continue
-            self.ledger.add(match["cell"], match["member"], int(match["round"]), cell_metrics(frame))
-            n += 1
-        return n
-
     # --- one measurement ---------------------------------------------------------------------------------------
     def measure(self, live: Live, cell: str, member: str, round_: int) -> None:
-        self.check_supervisor()
+        check_supervisor(self.args.supervisor_pid)
         spec = self.cells[cell]
         tag = self.tag(spec, member, round_)
         cell_plan = replace(self.cell_plan(live, spec, spec["warmup"], spec["measured"], round_,
@@ -184,7 +91,7 @@ class Cohort:
         """One round of a cell on every member at once, each server running only in its turn (client/slicing.py);
         each member's records are on its server's running clock. Written when all of them are done: a killed job
         measures the whole round of the cell again."""
-        self.check_supervisor()
+        check_supervisor(self.args.supervisor_pid)
         spec = self.cells[cell]
         order = seeded_order(list(lives), "turns", self.seed, self.id, cell, round_)
         self.turns[f"{cell}/{round_}"] = order
@@ -217,12 +124,6 @@ class Cohort:
             live.process.raise_if_dead("died during a cell")
             raise
 
-    def check_supervisor(self) -> None:
-        supervisor = self.args.supervisor_pid
-        if supervisor and not pid_alive(supervisor):
-            # Snakemake was killed (SIGKILL leaves its jobs running): stop, so its rerun measures alone
-            raise SystemExit(f"the Snakemake process that started this job (pid {supervisor}) is gone: stopping")
-
     @staticmethod
     def tag(spec: dict, member: str, round_: int) -> str:
         return f"{member}-{spec['workload']}-c{spec['concurrency']}-r{round_}"
@@ -239,7 +140,7 @@ class Cohort:
     def keep(self, frame: pd.DataFrame, cell: str, member: str, round_: int, seconds: float,
              result: CellResult) -> None:
         """Cache a measured cell, enter it in the ledger, log it."""
-        write_parquet_atomic(frame, self.path(cell, member, round_))
+        self.cache.write(frame, cell, member, round_)
         metrics = cell_metrics(frame)
         self.ledger.add(cell, member, round_, metrics)
         self.seconds[member] += seconds
@@ -284,7 +185,7 @@ class Cohort:
         log.info("server %s warmed up in %.1f s (%s)", member, time.perf_counter() - t0,
                  ", ".join(f"{w} c{spec['concurrency']}" for w, spec in widest.items()))
 
-    # --- the three designs -------------------------------------------------------------------------------------
+    # --- servers (the designs in client/designs.py start them) --------------------------------------------------
     def server(self, name: str, gpus: str | None = None):
         return member_server(self.plan, name, self.models, self.args.threads, self.args.server_log_dir, gpus)
 
@@ -297,89 +198,13 @@ class Cohort:
             self.seconds[name] += time.perf_counter() - t0
             yield live
 
-    def pending(self) -> bool:
-        """Whether a round still needs a cell measured: a rerun with every cell cached starts no server."""
-        for round_ in range(self.planner.policy.max_repeats):
-            active = self.planner.active(round_, list(self.cells))
-            if not active:
-                return False
-            if self.round_pending(round_, active):
-                return True
-        return False
-
-    def round_cells(self, round_: int) -> list[str]:
-        """The cells that get this round (the precision rule), the progress bar stretched to their measurements."""
-        active = self.planner.active(round_, list(self.cells))
-        todo = sum(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.due(c, round_))
-        if self.progress is not None and todo:
-            self.progress.total = max(self.progress.total or 0, self.progress.n + todo)
-            self.progress.refresh()
-        return active
-
-    def run_interleaved(self) -> None:
-        if not self.pending():
-            return
-        gpus = gpu_slices(self.plan, list(self.plan["members"])) if self.plan["engine"] == "sglang" else {}
-        with ExitStack() as held:
-            servers: dict[str, Live] = {}
-            for round_ in range(self.planner.policy.max_repeats):
-                active = self.round_cells(round_)
-                if not active:
-                    break
-                if not servers or (self.plan["restart_each_round"] and self.round_pending(round_, active)):
-                    # a fresh server per member per round: what an instance contributes (memory placement, its
-                    # own warm-up) becomes round-to-round noise the paired CI sees, not a fixed offset
-                    held.close()
-                    names = launch_order(list(self.plan["members"]), self.seed, self.id,
-                                         round_ if self.plan["restart_each_round"] else None)
-                    self.launches[round_] = names
-                    servers = {name: held.enter_context(self.warm_server(name, gpus.get(name))) for name in names}
-                for cell in self.planner.cell_order(round_, active, self.id):
-                    if self.planner.over_budget(round_):
-                        return
-                    todo = [m for m in seeded_order(self.ledger.due(cell, round_), "turns", self.seed, self.id, cell,
-                                                    round_)
-                            if not self.ledger.done(cell, m, round_)]
-                    if self.schedule == "sliced" and todo:
-                        self.measure_sliced({m: servers[m] for m in todo}, cell, round_)
-                        continue
-                    for member in todo:
-                        self.measure(servers[member], cell, member, round_)
-
-    def round_pending(self, round_: int, active: list[str]) -> bool:
-        return any(not self.ledger.done(c, m, round_) for c in active for m in self.ledger.due(c, round_))
-
-    def run_blocked(self) -> None:
-        names = sorted(self.plan["members"])
-        for round_ in range(self.planner.policy.max_repeats):
-            active = self.round_cells(round_)
-            if not active or self.planner.over_budget(round_):
-                return
-            for member in block_order(names, round_):
-                todo = [c for c in seeded_order(active, self.id, round_)
-                        if member in self.ledger.due(c, round_) and not self.ledger.done(c, member, round_)]
-                if todo:
-                    with self.warm_server(member) as live:
-                        for cell in todo:
-                            self.measure(live, cell, member, round_)
-
-    def run_sequential(self) -> None:
-        for member in sorted(self.plan["members"]):
-            todo = [(c, r) for r in range(self.planner.policy.repeats) for c in sorted(self.cells)
-                    if member in self.ledger.members_of[c] and not self.ledger.done(c, member, r)]
-            if todo:
-                self.progress.total += len(todo)
-                with self.warm_server(member) as live:
-                    for cell, round_ in todo:
-                        self.measure(live, cell, member, round_)
-
     # --- the job -----------------------------------------------------------------------------------------------
     def run(self) -> dict:
         manifest = self.args.cells_dir / MANIFEST
         if not manifest.is_file():
             atomic_write_text(manifest, json.dumps({k: self.plan[k] for k in
                                                    ("id", "control", "members", "cells", "schedule")}, indent=1))
-        cached = self.load_cached()
+        cached = self.cache.load(self.ledger, self.cells, self.plan["members"])
         schedule = self.schedule
         log.info("cohort %s: control %s; members %s; %d cells; %d cached cell-rounds; schedule %s (configured %s)",
                  self.id, self.control, ", ".join(self.plan["members"]), len(self.cells), cached, schedule,
@@ -390,8 +215,7 @@ class Cohort:
         log.info("machine: streaming memory bandwidth %.1f GB/s (one thread, sum over 256 MB)", bandwidth)
         t0 = time.perf_counter()
         with tqdm(total=0, desc=f"{self.id} cells", unit="cell") as self.progress:
-            {"sliced": self.run_interleaved, "interleaved": self.run_interleaved, "blocked": self.run_blocked,
-             "sequential": self.run_sequential}[schedule]()
+            DESIGNS[schedule](self)
         measuring_s = time.perf_counter() - t0
         for name, seconds in self.seconds.items():
             log.info("time measuring %s: %.0f s", name, seconds)
@@ -419,8 +243,7 @@ class Cohort:
                 "cells": cells}
 
     def records(self) -> pd.DataFrame:
-        frames = [read_records(self.path(cell, member, r)) for (cell, member, r) in sorted(self.ledger.values)]
-        return pd.concat(frames, ignore_index=True)
+        return self.cache.records(sorted(self.ledger.values))
 
 
 def memory_spread(records: pd.DataFrame) -> dict | None:
@@ -431,25 +254,6 @@ def memory_spread(records: pd.DataFrame) -> dict | None:
         return None
     p5, p50, p95 = (float(per_cell.quantile(q)) for q in (0.05, 0.5, 0.95))
     return {"p5": p5, "median": p50, "p95": p95, "cells": int(len(per_cell))}
-
-
-async def watch(server: ServerProcess, url: str, _cell_session: aiohttp.ClientSession) -> None:
-    """Beside a running cell: a server that exits, or stops answering /health (a hang, e.g. SIGSTOP), fails the job
-    within ~HANG_CHECKS x (HANG_EVERY_S + HANG_TIMEOUT_S), long before the request timeout would. It asks on a
-    session of its own: the cell's connections are all held by its requests, hung ones included."""
-    missed = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=HANG_TIMEOUT_S)) as session:
-        while True:
-            await asyncio.sleep(HANG_EVERY_S)
-            server.raise_if_dead("died during a cell")
-            try:
-                async with session.get(url + "/health") as resp:
-                    missed = 0 if resp.status == 200 else missed + 1
-            except (aiohttp.ClientError, asyncio.TimeoutError):
-                missed += 1
-            if missed >= HANG_CHECKS:
-                raise ServerError(f"server at {url} stopped answering /health during a cell ({missed} checks in a"
-                                  f" row); log {server.log_path} ends with:\n{log_tail(server.log_path)}")
 
 
 def check_cell_seconds(spec: dict, wave_s: float) -> None:
@@ -468,33 +272,8 @@ def check_cell_seconds(spec: dict, wave_s: float) -> None:
                          "lower benchmark.requests_per_cell")
 
 
-def cell_metrics(frame: pd.DataFrame) -> dict[str, float]:
-    """The cell's aggregate and median per-request tok/s, as the analysis defines them (analysis/metrics.py)."""
-    row = cell_table(add_request_metrics(frame)).iloc[0]
-    return {"aggregate_tok_s": float(row["aggregate_tok_s"]), "per_request_tok_s": float(row["per_request_tok_s_median"])}
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether the process runs; a zombie (killed, not yet reaped by its parent) does not."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:  # no /proc (not Linux): signal 0 is all we know
-        return True
-
-
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM (Snakemake cancelling, Slurm pre-empting) unwinds like Ctrl-C: every server is stopped, none orphaned."""
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--plan", required=True, help="JSON from workflow_scripts.client.cohorts.cohort_plan")
     parser.add_argument("--target", type=Path, required=True, help="target model dir (or SGLang model path)")

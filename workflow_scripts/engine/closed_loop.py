@@ -1,4 +1,4 @@
-"""A closed loop that drives an Engine directly, with no server in between: the in-process side of every
+"""A closed loop that drives a Scheduler directly, with no server in between: the in-process side of every
 comparison with the HTTP path (benchmarks/engine_bench.py, benchmarks/client_overhead.py) and the engine process's
 in-engine bench (`--enable-in-engine-bench`), so both drive the engine the same way."""
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from workflow_scripts.engine.types import SamplingParams, TokenEvent
 
 if TYPE_CHECKING:  # torch loads with the scheduler; the engine process imports this before it binds its cores
-    from workflow_scripts.engine.scheduler import Engine
+    from workflow_scripts.engine.scheduler import Scheduler
 
 
 @dataclass
@@ -37,8 +37,8 @@ class Timed:
         return (self.tokens - 1) / span if span > 0 else float("nan")
 
 
-def run_cell(engine: Engine, prompts: list[list[int]], params: SamplingParams | list[SamplingParams], concurrency: int,
-             timeout: float = 600.0) -> list[Timed]:
+def run_cell(engine: Scheduler, prompts: list[list[int]], params: SamplingParams | list[SamplingParams],
+             concurrency: int, timeout: float = 600.0) -> list[Timed]:
     """Closed loop: keep `concurrency` requests in flight until every prompt is done (bounded wait: past
     `timeout` seconds the requests still held are aborted and TimeoutError is raised).
 

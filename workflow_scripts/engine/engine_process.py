@@ -93,10 +93,10 @@ class EventSink:
 
 def load_engine(config: dict):
     """The scheduler, built from the front's resolved flags; raises EngineConfigError naming the flag."""
-    from workflow_scripts.engine.scheduler import Engine
+    from workflow_scripts.engine.scheduler import Scheduler
 
     spec = config["spec"]
-    return Engine(
+    return Scheduler(
         Path(config["model_path"]),
         SpecConfig(**{**spec, "draft_model_path": Path(spec["draft_model_path"]) if spec["draft_model_path"] else None})
         if spec

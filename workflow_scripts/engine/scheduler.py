@@ -113,8 +113,9 @@ def _count_correct_drafts(histogram: list[int], correct: int) -> None:
     histogram[correct] += 1
 
 
-class Engine:
-    """Continuous-batching CPU engine for a Qwen3(-MoE) target with optional speculation.
+class Scheduler:
+    """The embedded engine's scheduler (as SGLang's Scheduler): continuous batching of a Qwen3(-MoE) target's
+    requests on CPU, with optional speculation; it batches the requests and runs the forwards.
 
     Thread-safety: submit/abort/stats may be called from any thread; sinks run on the engine thread.
     """

@@ -1,9 +1,9 @@
 """Types shared by the embedded engine and the HTTP server.
 
 The server codes against these names only. The engine itself is
-`workflow_scripts.engine.scheduler.Engine`:
+`workflow_scripts.engine.scheduler.Scheduler`:
 
-    Engine(model_path, spec, max_running_requests, random_seed, context_length=None,
+    Scheduler(model_path, spec, max_running_requests, random_seed, context_length=None,
            num_threads=None,   # torch threads; None => $SPECSTUDY_ENGINE_THREADS, else 1 (engine/torch_setup.py)
            dtype="auto",       # SGLang's --dtype: auto (config.json's), float32 or bfloat16
            chunked_prefill_size=DEFAULT_CHUNKED_PREFILL_SIZE,  # SGLang's flag: max prompt tokens per forward; -1: no chunking

@@ -45,7 +45,7 @@ import torch
 from scipy.stats import binom
 
 from workflow_scripts.io import atomic_write_text
-from workflow_scripts.engine.scheduler import Engine
+from workflow_scripts.engine.scheduler import Scheduler
 from workflow_scripts.engine.types import SamplingParams, SpecConfig, TokenEvent
 from workflow_scripts.profiling import FORWARD_PROFILE_COLUMNS
 
@@ -56,23 +56,23 @@ MEDIAN_COVERAGE = 1 - 2**-4  # the coverage of the lowest-to-highest range over 
 TIMEOUT_S = 600.0
 
 
-def engines(target: Path, draft: Path, max_steps: int, slots: int, threads: int, dtype: str) -> dict[int, Engine]:
+def engines(target: Path, draft: Path, max_steps: int, slots: int, threads: int, dtype: str) -> dict[int, Scheduler]:
     """One started engine per step count: k = 0 plain, k >= 1 STANDALONE with k drafts (SGLang's flag values)."""
-    out = {k: Engine(target, SpecConfig("STANDALONE", k, 1, k + 1, draft) if k else None, slots, 0,
+    out = {k: Scheduler(target, SpecConfig("STANDALONE", k, 1, k + 1, draft) if k else None, slots, 0,
                      num_threads=threads, dtype=dtype) for k in range(max_steps + 1)}
     for engine in out.values():
         engine.start()
     return out
 
 
-def decode_seconds(engine: Engine) -> tuple[float, int]:
+def decode_seconds(engine: Scheduler) -> tuple[float, int]:
     """(seconds of the engine's decode forwards so far, by the clock that holds them whole; their count)."""
     stats = engine.stats()
     clock = "total_decode_cpu_seconds" if stats["forward_cpu_clock_whole"] else "total_decode_seconds"
     return stats[clock], stats["total_decode_forwards"]
 
 
-def full_batch_steps(engine: Engine, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
+def full_batch_steps(engine: Scheduler, prompts: list[list[int]], new_tokens: int) -> tuple[float, int]:
     """(seconds, count) of the decode forwards that ran while every one of the prompts' rows decoded (from the
     forward that gave the last of them its first token to the one that finished the first), all submitted at once."""
     marks: list[tuple[float, int]] = []
@@ -104,7 +104,7 @@ def full_batch_steps(engine: Engine, prompts: list[list[int]], new_tokens: int) 
     return s1 - s0, n1 - n0
 
 
-def seconds_per_step(engine: Engine, prompts: list[list[int]], new_tokens: int, min_seconds: float) -> float:
+def seconds_per_step(engine: Scheduler, prompts: list[list[int]], new_tokens: int, min_seconds: float) -> float:
     """Seconds per decode forward over as many cells as it takes to hold `min_seconds` of full-batch forwards: a
     cell at C=1 holds a few milliseconds of them, at C=64 seconds, and each measurement should weigh alike."""
     seconds, forwards = 0.0, 0

@@ -86,9 +86,9 @@ def measure(target: Path, threads: int | None, max_running_requests: int, new_to
     """Alternate one in-process and one served request `rounds` times (after one of each to warm up)."""
     import torch
 
-    from workflow_scripts.engine.scheduler import Engine
+    from workflow_scripts.engine.scheduler import Scheduler
 
-    engine = Engine(target, None, max_running_requests, 0, num_threads=threads)
+    engine = Scheduler(target, None, max_running_requests, 0, num_threads=threads)
     engine.start()
     server = None
     try:

@@ -168,7 +168,7 @@ class EngineClient:
             self._send(("abort", rid))
 
     async def stats(self) -> dict:
-        """The scheduler's counters (Engine.stats()); raises EngineDied if the engine is gone."""
+        """The scheduler's counters (Scheduler.stats()); raises EngineDied if the engine is gone."""
         return await self._call(STATS_TIMEOUT_S, "stats")
 
     async def closed_loop(self, prompts: list[list[int]], params: list[SamplingParams], concurrency: int,
