@@ -20,13 +20,17 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def study_settings() -> dict[str, dict]:
-    """Every setting of every study config in config/, by `config:setting`."""
+def study_settings(adaptive_config: str) -> dict[str, dict]:
+    """Every setting of every study config in config/, by `config:setting`. An adaptive config that a study writes
+    (under results/, e.g. a deployed schedule) is not there before that study runs: `adaptive_config` stands in."""
     out = {}
     for path in sorted((ROOT / "config").glob("*.yaml")):
         cfg = yaml.safe_load(path.read_text())
         if path.name != "schema.yaml" and isinstance(cfg, dict):
             out.update({f"{path.stem}:{name}": s or {} for name, s in (cfg.get("settings") or {}).items()})
+    for setting in out.values():
+        if str(setting.get("speculative_adaptive_config") or "").startswith("results/"):
+            setting["speculative_adaptive_config"] = adaptive_config
     return out
 
 
@@ -45,7 +49,7 @@ def adaptive_settings(config_path: str) -> dict[str, dict]:
 def test_sglang_parses_every_setting(tmp_path):
     config = tmp_path / "adaptive.json"
     config.write_text(json.dumps({"1": {"candidate_steps": [1, 2, 3]}, "8": {"candidate_steps": [0, 1]}}))
-    settings = {**study_settings(), **adaptive_settings(str(config))}
+    settings = {**study_settings(str(config)), **adaptive_settings(str(config))}
     spec = ServerSpec("sglang", "/ckpt/target", "/ckpt/draft", "127.0.0.1", 32, 0, sglang_python=SGLANG_PYTHON,
                       mem_fraction_static=0.8)
     argvs = {}

@@ -163,7 +163,8 @@ def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: R
 
 def twin_faster_share(aa: pd.DataFrame) -> float:
     """The share of cells x metrics where the A/A twin ran faster than the control: about half when nothing but
-    noise separates them, near 0 or 1 when something systematic (launch order, turn position) does."""
+    noise separates them, near 0 or 1 when something systematic does (turn position, or the one offset between the
+    two server instances that a study without restarts draws)."""
     diffs = aa["diff_pct"].dropna()
     return float((diffs > 0).mean()) if len(diffs) else math.nan
 
@@ -171,7 +172,7 @@ def twin_faster_share(aa: pd.DataFrame) -> float:
 def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
     """The summary's opening block: cells decided of the total per metric, the rounds, eliminations and measured
     requests of each cell (``cells``: tables/cells.csv; a time-boxed cell completes as many as its time allows),
-    and how often the A/A twin ran faster (a share far from one half is a bias, not noise)."""
+    and how often the A/A twin ran faster (far from one half: the instances' offset, or a bias)."""
     if decisions.empty:
         return ["## Decisions", "", "No cell was measured.", ""]
     lines = ["## Decisions", ""]
@@ -183,8 +184,11 @@ def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFram
     share = twin_faster_share(aa)
     if math.isfinite(share):
         lines.append(f"- The A/A twin ran faster than the control in {share:.0%} of "
-                     f"{int(aa['diff_pct'].notna().sum())} cells × metrics (about half when nothing but noise "
-                     "separates them; launch and turn order are shuffled from `benchmark.seed`).")
+                     f"{int(aa['diff_pct'].notna().sum())} cells × metrics. Launch and turn order are shuffled "
+                     "from `benchmark.seed`, but each server instance carries a small offset of its own, of either "
+                     "sign (docs/measurements/launch_order.md): a study whose servers start once draws one "
+                     "twin-against-control offset, and the share follows it; the noise floor bounds it, and "
+                     "`restart_each_round` draws it anew each round.")
     rows = []
     for (workload, conc), cell in decisions.groupby(["workload", "concurrency"], sort=True):
         by_metric = {r.metric: r for r in cell.itertuples()}
