@@ -84,3 +84,16 @@ def test_racing_stops_measuring_a_setting_beaten_on_both_metrics_but_never_the_c
     assert ledger.due("k", 1) == members and ledger.due("k", 2) == ["ctrl", "ctrl_aa", "fast"]
     assert ledger.complete_rounds("k") == [0, 1, 2]  # round 2 did not need `slow`
     assert not planner.needs_round("k", 3)  # `fast` leads the control by 30% on both metrics: decided
+
+
+def test_racing_measures_the_undecided_cell_nearest_a_decision_first():
+    """A budget that ends mid-round then cuts the cell a round more cannot decide, not the one it can."""
+    ledger = Ledger("ctrl", {"tight": ["ctrl", "cand"], "loose": ["ctrl", "cand"]})
+    for r, (tight, loose) in enumerate([(1.02, 0.7), (1.03, 1.4)]):
+        for cell, ratio in (("tight", tight), ("loose", loose)):
+            ledger.add(cell, "ctrl", r, {"aggregate_tok_s": 100.0, "per_request_tok_s": 50.0})
+            ledger.add(cell, "cand", r, {"aggregate_tok_s": 100.0 * ratio, "per_request_tok_s": 50.0 * ratio})
+    planner = Planner(RoundPolicy(2, 6, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
+    assert ledger.half_width_pct("tight", 2) < ledger.half_width_pct("loose", 2)
+    assert planner.active(2, ["loose", "tight"]) == ["tight", "loose"]
+    assert planner.cell_order(2, planner.active(2, ["loose", "tight"]), "cohort") == ["tight", "loose"]

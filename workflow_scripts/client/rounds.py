@@ -14,7 +14,8 @@
 After `repeats` rounds (the minimum), up to `max_repeats`, the allocation says what a round measures:
 - racing (analysis/decisions.py): a round measures only the members still in the cell's race (a member beaten for
   real on both metrics is eliminated; the control and its twin never are), a decided cell gets no more rounds, and
-  the cells of a round go widest CI first, so a time budget that runs out cuts the cells nearest a decision;
+  the cells of a round go narrowest CI first, so a time budget that runs out mid-round cuts the cells furthest
+  from a decision, not those one round away from it;
 - even: every member in every round while the widest paired CI of the cell's comparisons (every member against
   the control, both throughput metrics) is wider than +-`precision_pct`.
 A time budget, when set, stops new rounds once spent (the first round always runs, so every cell has data).
@@ -169,14 +170,15 @@ class Planner:
         return self.ledger.half_width_pct(cell, before_round=round_) > self.policy.precision_pct
 
     def active(self, round_: int, cells: list[str]) -> list[str]:
-        """The cells the round measures; racing: widest CI first, so the budget goes where a decision is furthest."""
+        """The cells the round measures; racing: narrowest CI first, so a budget that ends mid-round has spent
+        itself on the undecided cells nearest a decision rather than on those that a round more cannot decide."""
         active = [cell for cell in cells if self.needs_round(cell, round_)]
         if self.racing and round_ >= self.policy.repeats:
-            active.sort(key=lambda cell: -self.ledger.half_width_pct(cell, before_round=round_))
+            active.sort(key=lambda cell: self.ledger.half_width_pct(cell, before_round=round_))
         return active
 
     def cell_order(self, round_: int, active: list[str], cohort: str) -> list[str]:
-        """The order a round measures its cells in: racing's widest CI first after the minimum rounds, else a
+        """The order a round measures its cells in: racing's narrowest CI first after the minimum rounds, else a
         seeded shuffle."""
         if self.racing and round_ >= self.policy.repeats:
             return active
