@@ -12,7 +12,7 @@ folder of its own, under the same time budget; the designs alternate in a seeded
 - `racing-restart`: racing with fresh servers each round (`benchmark.restart_each_round: true`).
 Every design is judged by one rule (analysis/decisions.py) with one equivalence margin and one noise floor, the
 95th percentile of |A/A difference| pooled over the designs' cells, so a design cannot decide more by drawing a
-smaller floor. Prints per design: cells x metrics decided (of the total), minutes of measuring (the job's own
+smaller floor; each design's CIs pool the spread of its own comparisons (paired.VariancePrior), as its study would. Prints per design: cells x metrics decided (of the total), minutes of measuring (the job's own
 clock, servers' start-up included), decided per minute, the A/A twin's share of cells where it ran faster and
 the A/A CIs that cover 0; then racing's decided-per-minute over even's.
 Without --moe-installed, settings with `moe_config: tuned` run the engine's default MoE config instead.
@@ -34,6 +34,7 @@ import yaml
 from snakemake.utils import validate
 
 from workflow_scripts.analysis.decisions import UNDECIDED, RaceRule, decision_table, twin_faster_share
+from workflow_scripts.analysis.improvement import variance_priors
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
 from workflow_scripts.analysis.noise import aa_table
 from workflow_scripts.analysis.paired import noise_floor_pct
@@ -117,7 +118,8 @@ def main() -> None:
             runs.append((design, values, meta))
             print(f"pair {pair}: {design} measured {meta['measuring_s'] / 60:.1f} min "
                   f"(job {(time.perf_counter() - t0) / 60:.1f} min)", flush=True)
-    aas = [aa_table(values, control, twin) for _, values, _ in runs]
+    priors = [variance_priors(values, control) for _, values, _ in runs]  # each design's own, as its study's
+    aas = [aa_table(values, control, twin, prior) for (_, values, _), prior in zip(runs, priors)]
     floor = noise_floor_pct(pd.concat(aas)["diff_pct"].to_numpy()) if twin else float("nan")
     rule = RaceRule(bench["equivalence_pct"], floor)
     print(f"\none rule for every design: equivalence ±{bench['equivalence_pct']:g}%, pooled A/A floor ±{floor:.1f}%")
@@ -125,8 +127,9 @@ def main() -> None:
           "| decided / min | own A/A floor | twin faster | A/A CI covers 0 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     rates: dict[str, list[float]] = {d: [] for d in args.designs}
-    for (design, values, meta), aa, pair in zip(runs, aas, [p for p in range(args.pairs) for _ in args.designs]):
-        decisions = decision_table(values, control, twin, rule, bench["repeats"])
+    pairs = [p for p in range(args.pairs) for _ in args.designs]
+    for (design, values, meta), aa, prior, pair in zip(runs, aas, priors, pairs):
+        decisions = decision_table(values, control, twin, rule, bench["repeats"], prior)
         decided = decisions["decision"] != UNDECIDED
         per = {m: f"{int(decided[decisions.metric == m].sum())}/{int((decisions.metric == m).sum())}"
                for m in ("aggregate_tok_s", "per_request_tok_s")}

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import time
+
+import numpy as np
 
 import pytest
 
@@ -97,3 +100,23 @@ def test_racing_measures_the_undecided_cell_nearest_a_decision_first():
     assert ledger.half_width_pct("tight", 2) < ledger.half_width_pct("loose", 2)
     assert planner.active(2, ["loose", "tight"]) == ["tight", "loose"]
     assert planner.cell_order(2, planner.active(2, ["loose", "tight"]), "cohort") == ["tight", "loose"]
+
+
+def test_racing_pools_the_spread_of_every_cell_so_two_rounds_can_decide():
+    """With 2 rounds a comparison's own CI rests on 1 degree of freedom; the spread pooled over the cohort's cells
+    (Ledger.priors, fitted on the rounds before the boundary only) lets a 12% lead over a 1.4% spread decide."""
+    rng = np.random.default_rng(1)
+    cells = [f"c{i}" for i in range(12)]
+    ledger = Ledger("ctrl", {cell: ["ctrl", "cand"] for cell in cells})
+    for cell in cells:
+        lead = 1.12 if cell == "c0" else 1.0
+        for r in range(3):
+            for member, f in (("ctrl", 1.0), ("cand", lead)):
+                value = 100 * f * rng.lognormal(0, 0.01)
+                ledger.add(cell, member, r, {"aggregate_tok_s": value, "per_request_tok_s": value / 10})
+    priors = ledger.priors(2)
+    assert all(p is not None and 0.007 < math.sqrt(p.var) < 0.03 for p in priors.values())
+    assert ledger.priors(2) != ledger.priors()  # round 2's values are not known at its own boundary
+    planner = Planner(RoundPolicy(2, 6, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
+    assert not planner.needs_round("c0", 2)  # decided on 2 rounds
+    assert ledger.half_width_pct("c0", 2, priors) < ledger.half_width_pct("c0", 2) / 3

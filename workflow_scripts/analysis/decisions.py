@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from workflow_scripts.analysis.improvement import METRICS
-from workflow_scripts.analysis.paired import EQUIVALENT, NO_PAIRS, TOST_CI, Paired, equivalent, paired_ratio
+from workflow_scripts.analysis.improvement import METRICS, Priors
+from workflow_scripts.analysis.paired import (EQUIVALENT, NO_PAIRS, TOST_CI, Paired, VariancePrior, equivalent,
+                                              paired_ratio)
 
 WINNER, UNDECIDED = "winner", "undecided"
 DECISION_COLUMNS = ["workload", "concurrency", "metric", "decision", "best", "runner_up", "lead_pct", "ci_low_pct",
@@ -59,14 +60,15 @@ class RaceRule:
         return equivalent(tost, self.equivalence_pct)
 
 
-def pair(series: Series, base: str, cand: str, before: int | None = None, ci: float = 0.95) -> Paired:
-    """cand / base over the rounds both have (before round `before`, when given)."""
+def pair(series: Series, base: str, cand: str, before: int | None = None, ci: float = 0.95,
+         prior: VariancePrior | None = None) -> Paired:
+    """cand / base over the rounds both have (before round `before`, when given), its CI pooled with `prior`."""
     rounds = sorted(r for r in series.get(base, {}).keys() & series.get(cand, {}).keys()
                     if before is None or r < before)
     if not rounds:
         return NO_PAIRS
     return paired_ratio(np.array([series[base][r] for r in rounds]), np.array([series[cand][r] for r in rounds]),
-                        ci=ci)
+                        ci, prior)
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,10 @@ class Verdict:
     beaten: frozenset[str]
 
 
-def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, before: int | None = None) -> Verdict:
-    """The verdict of one metric over the survivors (the control among them), from the rounds before `before`."""
+def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, before: int | None = None,
+          prior: VariancePrior | None = None) -> Verdict:
+    """The verdict of one metric over the survivors (the control among them), from the rounds before `before`,
+    every CI pooled with `prior` (paired.VariancePrior)."""
     def score(member: str) -> float:
         diff = 0.0 if member == control else pair(series, control, member, before).diff_pct
         return diff if math.isfinite(diff) else -math.inf
@@ -90,9 +94,9 @@ def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, be
     if not ranked or not math.isfinite(score(ranked[0])):
         return Verdict(UNDECIDED, None, None, NO_PAIRS, frozenset())
     best, others = ranked[0], ranked[1:]
-    leads = {o: pair(series, o, best, before) for o in others}
+    leads = {o: pair(series, o, best, before, prior=prior) for o in others}
     beaten = frozenset(o for o in others if rule.beaten(leads[o]))
-    tied = [o for o in others if o not in beaten and rule.equivalent(pair(series, o, best, before, TOST_CI))]
+    tied = [o for o in others if o not in beaten and rule.equivalent(pair(series, o, best, before, TOST_CI, prior))]
     if len(beaten) + len(tied) < len(others) or any(leads[o].rounds < 2 for o in others):
         decision = UNDECIDED
     else:
@@ -119,15 +123,17 @@ class Race:
 
 
 def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceRule, start: int,
-         upto: int) -> Race:
+         upto: int, priors: Priors | None = None) -> Race:
     """Replay the race of one cell: at each round boundary r in [start, upto], judged on the rounds before r,
     eliminate what is beaten on every metric from round r on; the verdicts are those at `upto`, before its own
-    eliminations. Deterministic in the data, so a resumed benchmark job and the tables reach the same ones."""
+    eliminations. Deterministic in the data, so a resumed benchmark job and the tables reach the same ones.
+    `priors` (per metric) pool the CIs' spread; the benchmark's round loop fits them on the rounds before `upto`."""
     members = sorted({m for series in metrics.values() for m in series} - {twin})
     out = Race()
     for boundary in range(min(max(start, 2), upto), upto + 1):
         survivors = [m for m in members if m not in out.eliminated]
-        verdicts = {metric: judge(series, control, survivors, rule, boundary) for metric, series in metrics.items()}
+        verdicts = {metric: judge(series, control, survivors, rule, boundary, (priors or {}).get(metric))
+                    for metric, series in metrics.items()}
         if boundary == upto:
             out.verdicts = verdicts
         for m in survivors:
@@ -136,7 +142,8 @@ def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceR
     return out
 
 
-def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: RaceRule, start: int) -> pd.DataFrame:
+def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: RaceRule, start: int,
+                   priors: Priors | None = None) -> pd.DataFrame:
     """tables/decisions.csv: the race of every measured cell replayed on its rounds, one row per metric.
 
     ``values`` has one row per setting and round (columns setting, workload, concurrency, cohort, repeat and the
@@ -150,7 +157,7 @@ def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: R
         cell = cell.assign(round=[index[k] for k in zip(cell["cohort"], cell["repeat"])])
         series = {metric: {setting: {int(r): float(v) for r, v in zip(g["round"], g[metric]) if np.isfinite(v)}
                            for setting, g in cell.groupby("setting")} for metric in metrics}
-        result = race(series, control, twin, rule, start, len(keys))
+        result = race(series, control, twin, rule, start, len(keys), priors)
         for metric in metrics:
             v = result.verdicts[metric]
             rows.append({"workload": workload, "concurrency": int(concurrency), "metric": metric,

@@ -18,19 +18,39 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.external import load_external
-from workflow_scripts.analysis.paired import EQUIVALENT, NO_DATA, REAL, TOST_CI, paired_ratio, verdict
+from workflow_scripts.analysis.paired import (EQUIVALENT, NO_DATA, REAL, TOST_CI, VariancePrior, paired_ratio,
+                                              round_logs, verdict)
+from workflow_scripts.analysis.summarize import MEASURED
 
 METRICS = {"per_request_tok_s": "per-request tok/s", "aggregate_tok_s": "aggregate tok/s"}
 IMPROVEMENT_COLUMNS = ["source", "kind", "baseline", "candidate", "workload", "concurrency", "metric",
                        "baseline_value", "candidate_value", "improvement_pct", "ci_low_pct", "ci_high_pct",
                        "within_noise", "n_baseline", "n_candidate", "rounds", "half_width_pct", "verdict"]
 ROUND_KEYS = ["cohort", "repeat"]
+Priors = dict[str, VariancePrior | None]  # metric -> the pooled spread of its measured comparisons
+
+
+def variance_priors(values: pd.DataFrame, control: str) -> Priors:
+    """Per metric, the pooled spread (paired.VariancePrior) of every measured setting's round ratios against the
+    control, over all cells: the comparisons whose CIs it narrows are measured by the same design, in the same run."""
+    measured = values[values["source"] == MEASURED]
+    logs: dict[str, list[np.ndarray]] = {metric: [] for metric in METRICS}
+    for _, cell in measured.groupby(["workload", "concurrency"], sort=True):
+        base = cell[cell["setting"] == control]
+        for setting, group in cell.groupby("setting"):
+            if setting == control:
+                continue
+            pairs = base.merge(group, on=ROUND_KEYS, suffixes=("_b", "_c"))
+            for metric in METRICS:
+                logs[metric].append(round_logs(pairs[f"{metric}_b"], pairs[f"{metric}_c"]))
+    return {metric: VariancePrior.fit(found) for metric, found in logs.items()}
 
 
 def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]], floor_pct: float,
-                 equivalence_pct: float = math.nan) -> pd.DataFrame:
+                 equivalence_pct: float = math.nan, priors: Priors | None = None) -> pd.DataFrame:
     """Long table of paired improvements in percent, each with its verdict against the noise floor (and, with an
-    equivalence margin, `equivalent` where a TOST shows the tie).
+    equivalence margin, `equivalent` where a TOST shows the tie). `priors` (variance_priors) pool the measured
+    comparisons' spread; without them each CI rests on its own rounds alone.
 
     ``values`` holds one row per round (one row per cell for external sources) with columns
     ``source, setting, workload, concurrency, cohort, repeat`` and the METRICS; ``comparisons`` are
@@ -47,7 +67,8 @@ def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]], 
             for metric in METRICS:
                 b = pairs[f"{metric}_b"].to_numpy(dtype="float64")
                 c = pairs[f"{metric}_c"].to_numpy(dtype="float64")
-                paired = paired_ratio(b, c)
+                prior = (priors or {}).get(metric) if source == MEASURED else None
+                paired = paired_ratio(b, c, prior=prior)
                 rows.append({
                     "source": source, "kind": kind, "baseline": base, "candidate": cand, "workload": workload,
                     "concurrency": int(concurrency), "metric": metric,
@@ -57,7 +78,7 @@ def improvements(values: pd.DataFrame, comparisons: list[tuple[str, str, str]], 
                     "within_noise": _includes_zero(paired.ci_low_pct, paired.ci_high_pct),
                     "n_baseline": int(np.isfinite(b).sum()), "n_candidate": int(np.isfinite(c).sum()),
                     "rounds": paired.rounds, "half_width_pct": paired.half_width_pct,
-                    "verdict": verdict(paired, floor_pct, paired_ratio(b, c, ci=TOST_CI), equivalence_pct),
+                    "verdict": verdict(paired, floor_pct, paired_ratio(b, c, TOST_CI, prior), equivalence_pct),
                 })
     return pd.DataFrame(rows, columns=IMPROVEMENT_COLUMNS)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workflow_scripts.analysis.improvement import improvements
+from workflow_scripts.analysis.improvement import Priors, improvements
 from workflow_scripts.analysis.paired import noise_floor_pct
 
 AA_COLUMNS = ["workload", "concurrency", "metric", "diff_pct", "ci_low_pct", "ci_high_pct", "rounds"]
@@ -23,11 +23,12 @@ PRECISION_COLUMNS = ["cohort", "schedule", "workload", "concurrency", "rounds", 
                      "precision_met", "budget_hit"]
 
 
-def aa_table(values: pd.DataFrame, control: str, twin: str | None) -> pd.DataFrame:
-    """The twin against the control per workload x concurrency x metric, paired by round."""
+def aa_table(values: pd.DataFrame, control: str, twin: str | None, priors: Priors | None = None) -> pd.DataFrame:
+    """The twin against the control per workload x concurrency x metric, paired by round, its CI pooled as every
+    comparison's is (`priors`): whether it covers 0 checks the pooling too."""
     if twin is None:
         return pd.DataFrame(columns=AA_COLUMNS)
-    imp = improvements(values[values["source"] == "measured"], [("aa", control, twin)], math.nan)
+    imp = improvements(values[values["source"] == "measured"], [("aa", control, twin)], math.nan, priors=priors)
     return imp.rename(columns={"improvement_pct": "diff_pct"})[AA_COLUMNS]
 
 

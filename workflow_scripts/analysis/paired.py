@@ -14,6 +14,15 @@ bootstrap has only 10 distinct resamples and its percentile interval is far too 
 extreme observed ratios); the t interval accounts for estimating the spread from n values. Throughput ratios are
 multiplicative, so their logarithms are the symmetric scale. A round where either side has no value (an empty or
 errored cell) gives no ratio: it is dropped, never counted as 0.
+
+Pooled spread (a VariancePrior): with 2 or 3 rounds a comparison's own standard deviation rests on 1 or 2 degrees
+of freedom, and t(0.975, 1) = 12.7 makes its CI several times wider than the noise it measures. A cohort holds dozens
+of comparisons (every setting against the control, per cell) measured by the same design on the same machine, whose
+round-to-round spreads differ mostly by chance. `VariancePrior.fit` estimates, empirical-Bayes, how alike they are
+(limma's moderated t: Smyth 2004, Stat. Appl. Genet. Mol. Biol. 3:3): a prior variance s0² with d0 degrees of
+freedom, and each comparison's variance becomes (d0·s0² + d·s²) / (d0 + d) with d0 + d degrees of freedom. Spreads
+that differ beyond chance give a small d0, and each comparison keeps mostly its own; spreads alike give a large d0.
+The A/A twin is one of the comparisons, so tables/aa.csv shows whether the pooled CIs still cover 0 (docs/method.md).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, special, stats
 
 CI_LEVEL = 0.95
 TOST_CI = 0.90  # an equivalence test: two one-sided tests at 5% each
@@ -48,21 +57,61 @@ class Paired:
 NO_PAIRS = Paired(math.nan, math.nan, math.nan, 0)
 
 
-def paired_ratio(control: np.ndarray, candidate: np.ndarray, ci: float = CI_LEVEL) -> Paired:
-    """Geometric-mean improvement of candidate over control from values aligned by round; see the module doc."""
+@dataclass(frozen=True)
+class VariancePrior:
+    """The pooled spread of a round's log ratio over a cohort's comparisons of one metric (module doc)."""
+
+    df: float  # d0; inf when the comparisons' spreads differ by no more than chance (one shared variance)
+    var: float  # s0², of the natural log of a round's ratio
+
+    @classmethod
+    def fit(cls, log_ratios: list[np.ndarray]) -> VariancePrior | None:
+        """Smyth's moment estimate from the comparisons with two rounds or more; None below three of them (too few
+        to say how alike they are) or when none varies."""
+        spreads = [(float(np.var(x, ddof=1)), len(x) - 1) for x in log_ratios if len(x) >= 2]
+        spreads = [(s2, d) for s2, d in spreads if s2 > 0]
+        if len(spreads) < 3:
+            return None
+        s2, d = (np.array(v, dtype="float64") for v in zip(*spreads))
+        e = np.log(s2) - special.digamma(d / 2) + np.log(d / 2)
+        excess = float(np.var(e, ddof=1) - np.mean(special.polygamma(1, d / 2)))
+        if excess <= 0:
+            return cls(math.inf, float(np.exp(e.mean())))
+        half_d0 = optimize.brentq(lambda x: special.polygamma(1, x) - excess, 1e-8, 1e8)
+        return cls(2 * half_d0, float(np.exp(e.mean() + special.digamma(half_d0) - math.log(half_d0))))
+
+    def moderate(self, var: float, df: int) -> tuple[float, float]:
+        """(variance, degrees of freedom) of one comparison with sample variance `var` on `df` degrees."""
+        if math.isinf(self.df):
+            return self.var, math.inf
+        return (self.df * self.var + df * var) / (self.df + df), self.df + df
+
+
+def round_logs(control: np.ndarray, candidate: np.ndarray) -> np.ndarray:
+    """log(candidate / control) of the rounds where both have a positive value."""
     control = np.asarray(control, dtype="float64")
     candidate = np.asarray(candidate, dtype="float64")
     if control.shape != candidate.shape:
         raise ValueError(f"paired values must align by round: {control.shape} vs {candidate.shape}")
     usable = np.isfinite(control) & np.isfinite(candidate) & (control > 0) & (candidate > 0)
-    logs = np.log(candidate[usable] / control[usable])
+    return np.log(candidate[usable] / control[usable])
+
+
+def paired_ratio(control: np.ndarray, candidate: np.ndarray, ci: float = CI_LEVEL,
+                 prior: VariancePrior | None = None) -> Paired:
+    """Geometric-mean improvement of candidate over control from values aligned by round; see the module doc.
+    With a prior, the CI uses the pooled spread (VariancePrior.moderate) instead of the comparison's own alone."""
+    logs = round_logs(control, candidate)
     n = len(logs)
     if n == 0:
         return NO_PAIRS
     point = math.expm1(float(logs.mean())) * 100
     if n < 2:
         return Paired(point, math.nan, math.nan, n)
-    half = float(stats.t.ppf((1 + ci) / 2, n - 1) * logs.std(ddof=1) / math.sqrt(n))
+    var, df = float(logs.var(ddof=1)), n - 1
+    if prior is not None:
+        var, df = prior.moderate(var, df)
+    half = float(stats.t.ppf((1 + ci) / 2, df) * math.sqrt(var / n))
     low, high = (math.expm1(float(logs.mean()) + sign * half) * 100 for sign in (-1, 1))
     return Paired(point, low, high, n)
 

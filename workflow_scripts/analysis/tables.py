@@ -26,7 +26,7 @@ from tqdm import tqdm
 from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
 from workflow_scripts.analysis.decisions import RaceRule, decision_table
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
-from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown
+from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown, variance_priors
 from workflow_scripts.analysis.lossless import lossless_table
 from workflow_scripts.analysis.noise import aa_table, floor_text, noise_floor, precision_table
 from workflow_scripts.analysis.output import html_page, write_csv
@@ -145,13 +145,14 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         summary = pd.concat([summarize_measured(requests, cells, cfg.bootstrap), summarize_external(external)],
                             ignore_index=True).astype({"n_repeats": "Int64", "n_ok": "Int64", "n_err": "Int64"})
         steps.update()
-        aa = aa_table(improvement_values(all_cells, external), cfg.baseline, cfg.twin)
+        priors = variance_priors(improvement_values(all_cells), cfg.baseline)
+        aa = aa_table(improvement_values(all_cells, external), cfg.baseline, cfg.twin, priors)
         floor = noise_floor(aa, metas, cfg.twin)
         floor_pct = math.nan if floor["noise_floor_pct"] is None else floor["noise_floor_pct"]
         improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct,
-                                   cfg.equivalence_pct)
+                                   cfg.equivalence_pct, priors)
         decisions = decision_table(improvement_values(all_cells), cfg.baseline, cfg.twin,
-                                   RaceRule(cfg.equivalence_pct, floor_pct), cfg.repeats)
+                                   RaceRule(cfg.equivalence_pct, floor_pct), cfg.repeats, priors)
         gap = gap_table(improvement, cfg)
         steps.update()
         scores = score_table(requests, cells, cfg)

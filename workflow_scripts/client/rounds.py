@@ -34,7 +34,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from workflow_scripts.analysis.decisions import Race, RaceRule, Series, pair, race
-from workflow_scripts.analysis.paired import noise_floor_pct
+from workflow_scripts.analysis.improvement import Priors
+from workflow_scripts.analysis.paired import VariancePrior, noise_floor_pct, round_logs
 from workflow_scripts.client.cohorts import twin_name
 
 METRICS = ("aggregate_tok_s", "per_request_tok_s")
@@ -116,16 +117,33 @@ class Ledger:
                 out[member][r] = metrics[metric]
         return dict(out)
 
-    def half_width_pct(self, cell: str, before_round: int | None = None) -> float:
+    def priors(self, before_round: int | None = None) -> Priors:
+        """Per metric, the pooled spread of every member's round ratios against the control over all cells, from
+        the rounds before `before_round` (paired.VariancePrior): what the tables pool at the end, so far."""
+        found: dict[str, list] = {metric: [] for metric in METRICS}
+        for cell, members in self.members_of.items():
+            for metric in METRICS:
+                series = self.series(cell, metric)
+                base = series.get(self.control, {})
+                for member in members:
+                    rounds = sorted(r for r in base.keys() & series.get(member, {}).keys()
+                                    if before_round is None or r < before_round)
+                    if member != self.control and rounds:
+                        found[metric].append(round_logs([base[r] for r in rounds],
+                                                        [series[member][r] for r in rounds]))
+        return {metric: VariancePrior.fit(logs) for metric, logs in found.items()}
+
+    def half_width_pct(self, cell: str, before_round: int | None = None, priors: Priors | None = None) -> float:
         """The widest paired-CI half-width (percent) of the comparisons of the members still measured against the
-        control, paired on the rounds both have; inf when not yet computable."""
+        control, paired on the rounds both have (their spread pooled with `priors`); inf when not yet computable."""
         widest = 0.0
         for metric in METRICS:
             series = self.series(cell, metric)
+            prior = (priors or {}).get(metric)
             for member in self.due(cell, before_round if before_round is not None else 1 << 30):
                 if member == self.control:
                     continue
-                half = pair(series, self.control, member, before_round).half_width_pct
+                half = pair(series, self.control, member, before_round, prior=prior).half_width_pct
                 widest = max(widest, half if math.isfinite(half) else math.inf)
         return widest
 
@@ -156,7 +174,8 @@ class Planner:
         """The cell's race judged on the rounds before `round_`; its eliminations set what the round measures."""
         rule = RaceRule(self.policy.equivalence_pct, self.ledger.floor_pct(round_))
         metrics = {metric: self.ledger.series(cell, metric) for metric in METRICS}
-        result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_)
+        result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_,
+                      self.ledger.priors(round_))
         self.ledger.eliminated[cell] = dict(result.eliminated)
         return result
 
@@ -167,14 +186,15 @@ class Planner:
             return False
         if self.racing:
             return not self.race(cell, round_).decided
-        return self.ledger.half_width_pct(cell, before_round=round_) > self.policy.precision_pct
+        return self.ledger.half_width_pct(cell, round_, self.ledger.priors(round_)) > self.policy.precision_pct
 
     def active(self, round_: int, cells: list[str]) -> list[str]:
         """The cells the round measures; racing: narrowest CI first, so a budget that ends mid-round has spent
         itself on the undecided cells nearest a decision rather than on those that a round more cannot decide."""
         active = [cell for cell in cells if self.needs_round(cell, round_)]
         if self.racing and round_ >= self.policy.repeats:
-            active.sort(key=lambda cell: self.ledger.half_width_pct(cell, before_round=round_))
+            priors = self.ledger.priors(round_)
+            active.sort(key=lambda cell: self.ledger.half_width_pct(cell, round_, priors))
         return active
 
     def cell_order(self, round_: int, active: list[str], cohort: str) -> list[str]:

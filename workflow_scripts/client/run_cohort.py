@@ -226,8 +226,9 @@ class Cohort:
     def meta(self, schedule: str, measuring_s: float, bandwidth: float) -> dict:
         policy = self.planner.policy
         cells = []
+        priors = self.ledger.priors()
         for key, spec in self.cells.items():
-            half = self.ledger.half_width_pct(key)
+            half = self.ledger.half_width_pct(key, priors=priors)
             cells.append({"workload": spec["workload"], "concurrency": spec["concurrency"],
                           "rounds": len(self.ledger.complete_rounds(key)),
                           "half_width_pct": half if half != float("inf") else None,
