@@ -96,6 +96,7 @@ rule analysis_summary:
         floor=f"{RESULTS}/tables/noise_floor.json",
         precision=f"{RESULTS}/tables/precision.csv",
         decisions=f"{RESULTS}/tables/decisions.csv",
+        adaptive=f"{RESULTS}/tables/adaptive.csv",
         cells=f"{RESULTS}/tables/cells.csv",
         meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
         cost_model_md=f"{RESULTS}/tables/cost_model.md",

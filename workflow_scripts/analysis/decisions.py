@@ -142,29 +142,34 @@ def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceR
     return out
 
 
+def cell_series(cell: pd.DataFrame) -> tuple[dict[str, Series], int]:
+    """One cell's rows (a setting x round each) as metric -> Series, and its number of rounds. Rounds are counted
+    over the cell's cohorts in order (cohort, repeat), so a cell measured in two cohorts races over both."""
+    keys = sorted(set(zip(cell["cohort"], cell["repeat"])))
+    index = {key: i for i, key in enumerate(keys)}
+    cell = cell.assign(round=[index[k] for k in zip(cell["cohort"], cell["repeat"])])
+    series = {metric: {setting: {int(r): float(v) for r, v in zip(g["round"], g[metric]) if np.isfinite(v)}
+                       for setting, g in cell.groupby("setting")} for metric in METRICS}
+    return series, len(keys)
+
+
 def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: RaceRule, start: int,
                    priors: Priors | None = None) -> pd.DataFrame:
     """tables/decisions.csv: the race of every measured cell replayed on its rounds, one row per metric.
 
     ``values`` has one row per setting and round (columns setting, workload, concurrency, cohort, repeat and the
-    metrics, as analysis/summarize.improvement_values gives). Rounds are counted over the cell's cohorts in order
-    (cohort, repeat), so a cell measured in two cohorts races over both."""
+    metrics, as analysis/summarize.improvement_values gives), its rounds counted as cell_series counts them."""
     rows = []
-    metrics = list(METRICS)
     for (workload, concurrency), cell in values.groupby(["workload", "concurrency"], sort=True):
-        keys = sorted(set(zip(cell["cohort"], cell["repeat"])))
-        index = {key: i for i, key in enumerate(keys)}
-        cell = cell.assign(round=[index[k] for k in zip(cell["cohort"], cell["repeat"])])
-        series = {metric: {setting: {int(r): float(v) for r, v in zip(g["round"], g[metric]) if np.isfinite(v)}
-                           for setting, g in cell.groupby("setting")} for metric in metrics}
-        result = race(series, control, twin, rule, start, len(keys), priors)
-        for metric in metrics:
+        series, n_rounds = cell_series(cell)
+        result = race(series, control, twin, rule, start, n_rounds, priors)
+        for metric in METRICS:
             v = result.verdicts[metric]
             rows.append({"workload": workload, "concurrency": int(concurrency), "metric": metric,
                          "decision": v.decision, "best": v.best or "", "runner_up": v.runner_up or "",
                          "lead_pct": v.lead.diff_pct, "ci_low_pct": v.lead.ci_low_pct,
-                         "ci_high_pct": v.lead.ci_high_pct, "rounds": len(keys),
-                         "eliminated": result.eliminated_text(len(keys))})
+                         "ci_high_pct": v.lead.ci_high_pct, "rounds": n_rounds,
+                         "eliminated": result.eliminated_text(n_rounds)})
     return pd.DataFrame(rows, columns=DECISION_COLUMNS)
 
 

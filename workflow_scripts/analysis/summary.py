@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from markdown_it import MarkdownIt
 
+from workflow_scripts.analysis.adaptive_check import adaptive_lines
 from workflow_scripts.analysis.decisions import decision_lines
 from workflow_scripts.analysis.gap import gap_sentence
 from workflow_scripts.analysis.improvement import METRICS, fmt_improvement, fmt_pct, fmt_tok_s, to_markdown
@@ -157,9 +158,10 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
     parts = [
         f"# Study `{study}`: speculative decoding against `{cfg.baseline}`", "",
         *decision_lines(_read(tables_dir, "decisions"), aa, _read(tables_dir, "cells")),
+        *adaptive_lines(_read(tables_dir, "adaptive")),
         "Throughput is the median over rounds. Every comparison pairs cells measured in the same round (a round "
         "measures one cell on every setting); brackets give the 95% CI of the geometric-mean ratio over rounds "
-        "(a t interval on the log ratios), and “≈ noise” marks a difference that is not *real*: its CI includes 0, "
+        "(a t interval on the log ratios, their spread pooled over the study's comparisons: docs/method.md), and “≈ noise” marks a difference that is not *real*: its CI includes 0, "
         "or it is within the A/A noise floor. — means no data (every request failed, or the two settings share no "
         "round), never 0.", "",
         "## Headline", *headline(improvement, summary, list(cfg.settings)), "",

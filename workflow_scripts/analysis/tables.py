@@ -4,7 +4,7 @@
         --requests results/S/requests/*.parquet --cohort-meta results/S/benchmark/*.json --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision and decisions as CSV, noise_floor.json, the
+recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions and adaptive as CSV, noise_floor.json, the
 cost model's acceptance_by_position, cost_model_params, cost_model_predictions, cost_model_validation (CSV) and
 cost_model.md, and HTML views for the report. The control's A/A twin appears only in aa.csv, the noise floor and
 cells.csv.
@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from workflow_scripts.analysis.adaptive_check import adaptive_table
 from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
 from workflow_scripts.analysis.decisions import RaceRule, decision_table
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
@@ -73,6 +74,7 @@ class StudyTables:
     noise_floor: dict
     precision: pd.DataFrame
     decisions: pd.DataFrame
+    adaptive: pd.DataFrame
 
     @property
     def floor_sentence(self) -> str:
@@ -93,7 +95,7 @@ class StudyTables:
         return {"summary": self.summary, "cells": self.cells, "improvement": self.improvement,
                 "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
                 "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
-                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision, "decisions": self.decisions,
+                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision, "decisions": self.decisions, "adaptive": self.adaptive,
                 "acceptance_by_position": self.cost_model.acceptance, "cost_model_params": self.cost_model.params,
                 "cost_model_predictions": self.cost_model.predictions,
                 "cost_model_validation": self.cost_model.validation}
@@ -109,6 +111,8 @@ class StudyTables:
             "article_tables": html_page("The article's tables", self.articles),
             "decisions": html_page("Decisions per cell: the race's winner, equivalent settings, or undecided",
                                    [("", self.decisions)], self.floor_sentence),
+            "adaptive": html_page("Adaptive speculation and deployed schedules against the best static setting",
+                                  [("", self.adaptive)], self.floor_sentence),
             "gap": html_page("Synthetic vs realistic speedup", [("", self.gap)], self.gap_sentence),
             "recommendation": html_page("Recommendation per concurrency band × workload",
                                         [("Recommendation", self.recommendation),
@@ -151,8 +155,9 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         floor_pct = math.nan if floor["noise_floor_pct"] is None else floor["noise_floor_pct"]
         improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct,
                                    cfg.equivalence_pct, priors)
-        decisions = decision_table(improvement_values(all_cells), cfg.baseline, cfg.twin,
-                                   RaceRule(cfg.equivalence_pct, floor_pct), cfg.repeats, priors)
+        rule = RaceRule(cfg.equivalence_pct, floor_pct)
+        decisions = decision_table(improvement_values(all_cells), cfg.baseline, cfg.twin, rule, cfg.repeats, priors)
+        adaptive = adaptive_table(improvement_values(cells), cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()
         scores = score_table(requests, cells, cfg)
@@ -165,7 +170,8 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
             recommendation=add_predicted_best(recommend(scores, cfg, improvement), cost, cfg),
             recommendation_scores=scores, lossless=lossless_table(requests, cfg.baseline),
             latency_quantiles=latency_quantiles(requests), cost_model=cost,
-            aa=aa, noise_floor=floor, precision=precision_table(metas), decisions=decisions)
+            aa=aa, noise_floor=floor, precision=precision_table(metas), decisions=decisions,
+            adaptive=adaptive)
         steps.update()
     return tables
 

@@ -1,0 +1,83 @@
+"""Adaptive speculation and deployed schedules against the best static setting of each cell, in the same rounds.
+
+A setting with `speculative_adaptive` (SGLang's default tiers, or a schedule from deploy/{workload}/) is measured
+beside the static settings, so each of its cells can be judged against the static setting that did best there:
+the survivor the race (analysis/decisions.py) ranks first among the static settings, the control included (0
+steps), the calibration settings left out. One row per adaptive setting x cell x metric in tables/adaptive.csv:
+
+- `better`: its paired lead over the best static is real (95% CI above 0, beyond the A/A noise floor);
+- `worse`: the best static's lead over it is real;
+- `equivalent`: neither, and the TOST shows the tie (90% CI inside +-benchmark.equivalence_pct);
+- `undecided`: none of these on the rounds measured.
+
+`diff_pct` and its 95% CI are adaptive / best static - 1, paired by round with the study's pooled spread.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from workflow_scripts.analysis.calibration import is_calibration
+from workflow_scripts.analysis.decisions import RaceRule, cell_series, judge, pair
+from workflow_scripts.analysis.improvement import METRICS, Priors
+from workflow_scripts.analysis.paired import EQUIVALENT, TOST_CI
+from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.summarize import MEASURED
+
+BETTER, WORSE, UNDECIDED = "better", "worse", "undecided"
+ADAPTIVE_COLUMNS = ["setting", "workload", "concurrency", "metric", "best_static", "verdict", "diff_pct",
+                    "ci_low_pct", "ci_high_pct", "rounds"]
+
+
+def adaptive_settings(cfg: StudyConfig) -> list[str]:
+    return [name for name, args in cfg.settings.items() if args.get("speculative_adaptive")]
+
+
+def static_settings(cfg: StudyConfig) -> list[str]:
+    return [name for name, args in cfg.settings.items()
+            if not args.get("speculative_adaptive") and not is_calibration(args)]
+
+
+def adaptive_table(values: pd.DataFrame, cfg: StudyConfig, rule: RaceRule, priors: Priors | None = None
+                   ) -> pd.DataFrame:
+    """tables/adaptive.csv (module doc) from one row per setting and round (summarize.improvement_values)."""
+    adaptive = adaptive_settings(cfg)
+    rows = []
+    measured = values[(values["source"] == MEASURED) & values["setting"].isin([*adaptive, *static_settings(cfg)])]
+    for (workload, concurrency), cell in measured.groupby(["workload", "concurrency"], sort=True):
+        series, _ = cell_series(cell)
+        for metric in METRICS:
+            prior = (priors or {}).get(metric)
+            statics = [s for s in static_settings(cfg) if s in series[metric]]
+            best = judge(series[metric], cfg.baseline, statics, rule, prior=prior).best
+            for name in adaptive:
+                if best is None or name not in series[metric]:
+                    continue
+                lead = pair(series[metric], best, name, prior=prior)
+                rows.append({"setting": name, "workload": workload, "concurrency": int(concurrency),
+                             "metric": metric, "best_static": best,
+                             "verdict": _verdict(series[metric], best, name, rule, prior),
+                             "diff_pct": lead.diff_pct, "ci_low_pct": lead.ci_low_pct,
+                             "ci_high_pct": lead.ci_high_pct, "rounds": lead.rounds})
+    return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
+
+
+def _verdict(series, best: str, name: str, rule: RaceRule, prior) -> str:
+    if rule.beaten(pair(series, best, name, prior=prior)):
+        return BETTER
+    if rule.beaten(pair(series, name, best, prior=prior)):
+        return WORSE
+    return EQUIVALENT if rule.equivalent(pair(series, best, name, ci=TOST_CI, prior=prior)) else UNDECIDED
+
+
+def adaptive_lines(adaptive: pd.DataFrame) -> list[str]:
+    """The summary's lines: per adaptive setting and metric, the cells where it is equivalent or better than the
+    best static setting, and those where it is worse."""
+    lines = []
+    for (name, metric), group in adaptive.groupby(["setting", "metric"], sort=True):
+        counts = group["verdict"].value_counts()
+        ok = int(counts.get(BETTER, 0) + counts.get(EQUIVALENT, 0))
+        lines.append(f"- `{name}` against the best static setting, {METRICS[metric]}: equivalent or better in "
+                     f"**{ok} of {len(group)}** cells ({int(counts.get(BETTER, 0))} better), worse in "
+                     f"{int(counts.get(WORSE, 0))}, undecided in {int(counts.get(UNDECIDED, 0))}.")
+    return [*lines, ""] if lines else []
