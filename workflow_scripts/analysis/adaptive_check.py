@@ -18,9 +18,9 @@ from __future__ import annotations
 import pandas as pd
 
 from workflow_scripts.analysis.calibration import is_calibration
-from workflow_scripts.analysis.decisions import RaceRule, cell_series, judge, pair
+from workflow_scripts.analysis.decisions import RaceRule, Series, cell_series, judge, pair
 from workflow_scripts.analysis.improvement import METRICS, Priors
-from workflow_scripts.analysis.paired import EQUIVALENT, TOST_CI
+from workflow_scripts.analysis.paired import EQUIVALENT, TOST_CI, VariancePrior
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import MEASURED
 
@@ -41,14 +41,14 @@ def static_settings(cfg: StudyConfig) -> list[str]:
 def adaptive_table(values: pd.DataFrame, cfg: StudyConfig, rule: RaceRule, priors: Priors | None = None
                    ) -> pd.DataFrame:
     """tables/adaptive.csv (module doc) from one row per setting and round (summarize.improvement_values)."""
-    adaptive = adaptive_settings(cfg)
+    adaptive, static = adaptive_settings(cfg), static_settings(cfg)
     rows = []
-    measured = values[(values["source"] == MEASURED) & values["setting"].isin([*adaptive, *static_settings(cfg)])]
+    measured = values[(values["source"] == MEASURED) & values["setting"].isin([*adaptive, *static])]
     for (workload, concurrency), cell in measured.groupby(["workload", "concurrency"], sort=True):
         series, _ = cell_series(cell)
         for metric in METRICS:
             prior = (priors or {}).get(metric)
-            statics = [s for s in static_settings(cfg) if s in series[metric]]
+            statics = [s for s in static if s in series[metric]]
             best = judge(series[metric], cfg.baseline, statics, rule, prior=prior).best
             for name in adaptive:
                 if best is None or name not in series[metric]:
@@ -62,7 +62,7 @@ def adaptive_table(values: pd.DataFrame, cfg: StudyConfig, rule: RaceRule, prior
     return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
 
 
-def _verdict(series, best: str, name: str, rule: RaceRule, prior) -> str:
+def _verdict(series: Series, best: str, name: str, rule: RaceRule, prior: VariancePrior | None) -> str:
     if rule.beaten(pair(series, best, name, prior=prior)):
         return BETTER
     if rule.beaten(pair(series, name, best, prior=prior)):

@@ -60,15 +60,18 @@ class RaceRule:
         return equivalent(tost, self.equivalence_pct)
 
 
+def aligned(series: Series, base: str, cand: str, before: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The values of base and cand over the rounds both have (before round `before`, when given), by round."""
+    rounds = sorted(r for r in series.get(base, {}).keys() & series.get(cand, {}).keys()
+                    if before is None or r < before)
+    return (np.array([series[base][r] for r in rounds], dtype="float64"),
+            np.array([series[cand][r] for r in rounds], dtype="float64"))
+
+
 def pair(series: Series, base: str, cand: str, before: int | None = None, ci: float = 0.95,
          prior: VariancePrior | None = None) -> Paired:
     """cand / base over the rounds both have (before round `before`, when given), its CI pooled with `prior`."""
-    rounds = sorted(r for r in series.get(base, {}).keys() & series.get(cand, {}).keys()
-                    if before is None or r < before)
-    if not rounds:
-        return NO_PAIRS
-    return paired_ratio(np.array([series[base][r] for r in rounds]), np.array([series[cand][r] for r in rounds]),
-                        ci, prior)
+    return paired_ratio(*aligned(series, base, cand, before), ci, prior)
 
 
 @dataclass(frozen=True)

@@ -161,9 +161,9 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
         *adaptive_lines(_read(tables_dir, "adaptive")),
         "Throughput is the median over rounds. Every comparison pairs cells measured in the same round (a round "
         "measures one cell on every setting); brackets give the 95% CI of the geometric-mean ratio over rounds "
-        "(a t interval on the log ratios, their spread pooled over the study's comparisons: docs/method.md), and “≈ noise” marks a difference that is not *real*: its CI includes 0, "
-        "or it is within the A/A noise floor. — means no data (every request failed, or the two settings share no "
-        "round), never 0.", "",
+        "(a t interval on the log ratios, their spread pooled over the study's comparisons: docs/method.md), and "
+        "“≈ noise” marks a difference that is not *real*: its CI includes 0, or it is within the A/A noise "
+        "floor. — means no data (every request failed, or the two settings share no round), never 0.", "",
         "## Headline", *headline(improvement, summary, list(cfg.settings)), "",
         "## How it was measured", "", floor_sentence(floor, aa), "", *design_lines(metas, precision), "",
         *server_cost_lines(tables_dir.parent / "profile" / "served_overhead.json"),

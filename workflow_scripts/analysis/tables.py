@@ -4,9 +4,9 @@
         --requests results/S/requests/*.parquet --cohort-meta results/S/benchmark/*.json --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions and adaptive as CSV, noise_floor.json, the
-cost model's acceptance_by_position, cost_model_params, cost_model_predictions, cost_model_validation (CSV) and
-cost_model.md, and HTML views for the report. The control's A/A twin appears only in aa.csv, the noise floor and
+recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions and adaptive as CSV,
+noise_floor.json, the cost model's acceptance_by_position, cost_model_params, cost_model_predictions,
+cost_model_validation (CSV) and cost_model.md, and HTML views for the report. The control's A/A twin appears only in aa.csv, the noise floor and
 cells.csv.
 """
 
@@ -95,7 +95,8 @@ class StudyTables:
         return {"summary": self.summary, "cells": self.cells, "improvement": self.improvement,
                 "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
                 "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
-                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision, "decisions": self.decisions, "adaptive": self.adaptive,
+                "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision,
+                "decisions": self.decisions, "adaptive": self.adaptive,
                 "acceptance_by_position": self.cost_model.acceptance, "cost_model_params": self.cost_model.params,
                 "cost_model_predictions": self.cost_model.predictions,
                 "cost_model_validation": self.cost_model.validation}
@@ -149,14 +150,15 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         summary = pd.concat([summarize_measured(requests, cells, cfg.bootstrap), summarize_external(external)],
                             ignore_index=True).astype({"n_repeats": "Int64", "n_ok": "Int64", "n_err": "Int64"})
         steps.update()
-        priors = variance_priors(improvement_values(all_cells), cfg.baseline)
-        aa = aa_table(improvement_values(all_cells, external), cfg.baseline, cfg.twin, priors)
+        all_values = improvement_values(all_cells)
+        priors = variance_priors(all_values, cfg.baseline)
+        aa = aa_table(all_values, cfg.baseline, cfg.twin, priors)
         floor = noise_floor(aa, metas, cfg.twin)
         floor_pct = math.nan if floor["noise_floor_pct"] is None else floor["noise_floor_pct"]
         improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct,
                                    cfg.equivalence_pct, priors)
         rule = RaceRule(cfg.equivalence_pct, floor_pct)
-        decisions = decision_table(improvement_values(all_cells), cfg.baseline, cfg.twin, rule, cfg.repeats, priors)
+        decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors)
         adaptive = adaptive_table(improvement_values(cells), cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()

@@ -33,7 +33,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from workflow_scripts.analysis.decisions import Race, RaceRule, Series, pair, race
+from workflow_scripts.analysis.decisions import Race, RaceRule, Series, aligned, pair, race
 from workflow_scripts.analysis.improvement import Priors
 from workflow_scripts.analysis.paired import VariancePrior, noise_floor_pct, round_logs
 from workflow_scripts.client.cohorts import twin_name
@@ -124,13 +124,8 @@ class Ledger:
         for cell, members in self.members_of.items():
             for metric in METRICS:
                 series = self.series(cell, metric)
-                base = series.get(self.control, {})
-                for member in members:
-                    rounds = sorted(r for r in base.keys() & series.get(member, {}).keys()
-                                    if before_round is None or r < before_round)
-                    if member != self.control and rounds:
-                        found[metric].append(round_logs([base[r] for r in rounds],
-                                                        [series[member][r] for r in rounds]))
+                found[metric] += [round_logs(*aligned(series, self.control, member, before_round))
+                                  for member in members if member != self.control]
         return {metric: VariancePrior.fit(logs) for metric, logs in found.items()}
 
     def half_width_pct(self, cell: str, before_round: int | None = None, priors: Priors | None = None) -> float:
@@ -170,30 +165,32 @@ class Planner:
     def racing(self) -> bool:
         return self.policy.allocation == "racing"
 
-    def race(self, cell: str, round_: int) -> Race:
-        """The cell's race judged on the rounds before `round_`; its eliminations set what the round measures."""
+    def race(self, cell: str, round_: int, priors: Priors | None = None) -> Race:
+        """The cell's race judged on the rounds before `round_` (`priors`: Ledger.priors(round_), fitted here when
+        not given); its eliminations set what the round measures."""
         rule = RaceRule(self.policy.equivalence_pct, self.ledger.floor_pct(round_))
         metrics = {metric: self.ledger.series(cell, metric) for metric in METRICS}
         result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_,
-                      self.ledger.priors(round_))
+                      self.ledger.priors(round_) if priors is None else priors)
         self.ledger.eliminated[cell] = dict(result.eliminated)
         return result
 
-    def needs_round(self, cell: str, round_: int) -> bool:
+    def needs_round(self, cell: str, round_: int, priors: Priors | None = None) -> bool:
         if round_ < self.policy.repeats:
             return True
         if round_ >= self.policy.max_repeats:
             return False
+        priors = self.ledger.priors(round_) if priors is None else priors
         if self.racing:
-            return not self.race(cell, round_).decided
-        return self.ledger.half_width_pct(cell, round_, self.ledger.priors(round_)) > self.policy.precision_pct
+            return not self.race(cell, round_, priors).decided
+        return self.ledger.half_width_pct(cell, round_, priors) > self.policy.precision_pct
 
     def active(self, round_: int, cells: list[str]) -> list[str]:
         """The cells the round measures; racing: narrowest CI first, so a budget that ends mid-round has spent
         itself on the undecided cells nearest a decision rather than on those that a round more cannot decide."""
-        active = [cell for cell in cells if self.needs_round(cell, round_)]
+        priors = self.ledger.priors(round_)  # the rounds before this one: the same for every cell
+        active = [cell for cell in cells if self.needs_round(cell, round_, priors)]
         if self.racing and round_ >= self.policy.repeats:
-            priors = self.ledger.priors(round_)
             active.sort(key=lambda cell: self.ledger.half_width_pct(cell, round_, priors))
         return active
 
