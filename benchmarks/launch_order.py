@@ -33,8 +33,14 @@ METRIC = "aggregate_tok_s"
 
 
 def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: list, rounds: int, slice_ms: float,
-                   log_dir: Path, launch: int) -> list[dict[str, float]]:
-    """Start the servers in `order`, warm each up with one wave, then `rounds` sliced cells: {server: tok/s} each."""
+                   log_dir: Path, launch: int, warm_reversed: bool = False) -> list[dict[str, float]]:
+    """Start the servers in `order`, warm each up with one wave (right after its start, or with `warm_reversed`
+    once all are up, in the reverse order), then `rounds` sliced cells: {server: tok/s} each."""
+    warmup = CellPlan(plan.concurrency, 0, plan.concurrency, incremental=True)
+
+    def warm(name: str) -> None:
+        asyncio.run(run_cell_async(urls[name], warmup, prompts, PARAMS, f"w{launch}{name}"))
+
     with ExitStack() as stack:
         urls, groups = {}, {}
         for name in order:
@@ -43,8 +49,10 @@ def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: 
             server = stack.enter_context(ServerProcess(build_command(spec, {}, port),
                                                        log_dir / f"launch{launch}-{name}.log", urls[name], 300))
             groups[name] = server.proc.pid
-            warmup = CellPlan(plan.concurrency, 0, plan.concurrency, incremental=True)
-            asyncio.run(run_cell_async(urls[name], warmup, prompts, PARAMS, f"w{launch}{name}"))
+            if not warm_reversed:
+                warm(name)
+        for name in reversed(order) if warm_reversed else ():
+            warm(name)
         return [{name: metrics[METRIC] for name, metrics in
                  sliced_round(urls, groups, plan, prompts, rnd, slice_ms, seed=("launch_order", launch, rnd)).items()}
                 for rnd in range(rounds)]
@@ -59,6 +67,22 @@ def summary(label: str, pairs: list[tuple[float, float]]) -> str:
             f"above 1 in {faster} of {len(pairs)} rounds")
 
 
+def instance_spread(launches: list[list[tuple[float, float]]]) -> str:
+    """How far one instance sits from another beyond round noise: a one-way random-effects split of log(b ÷ a).
+
+    A study launches each server once, so this offset (sd per instance, sigma) is what its A/A twin draws against the
+    control; the variance of the per-launch means is 2 sigma^2 plus the rounds' own variance over the rounds."""
+    logs = [[math.log(b / a) for a, b in launch] for launch in launches]
+    rounds = min(len(x) for x in logs)
+    if rounds < 2:
+        return "instance offset: needs >= 2 rounds per launch"
+    between = statistics.variance([statistics.mean(x) for x in logs])
+    within = statistics.mean(statistics.variance(x) for x in logs)
+    sigma = math.sqrt(max(0.0, between - within / rounds) / 2)
+    return (f"instance offset: sd {100 * sigma:.2f}% per instance (launch means' sd {100 * math.sqrt(between):.2f}%, "
+            f"round sd {100 * math.sqrt(within):.2f}% over {rounds} rounds)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", type=Path, required=True, help="target model dir")
@@ -67,6 +91,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--slice-ms", type=float, default=30.0)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/launch_order"))
+    parser.add_argument("--warm-reversed", action="store_true",
+                        help="warm the servers once all are up, last started first: tells the start order's "
+                             "effect from the warm-up's")
     args = parser.parse_args()
     if args.launches < 2 or args.rounds < 1 or args.concurrency < 1 or args.slice_ms <= 0:
         parser.error("--launches must be >= 2, --rounds and --concurrency >= 1, --slice-ms > 0")
@@ -74,18 +101,22 @@ def main() -> None:
     plan = CellPlan(c, c, max(8, c), incremental=True)
     prompts = synthetic_prompts(load_tokenizer(args.model), 64, 64, seed=1)
     spec = ServerSpec("embedded", str(args.model), None, "127.0.0.1", 64, 0, num_threads=1, incremental_streaming=True)
-    by_name, by_start = [], []
+    by_name, by_start, by_launch = [], [], []
     for launch in range(args.launches):
         order = ["a", "b"] if launch % 2 == 0 else ["b", "a"]
-        rounds = measure_launch(spec, order, plan, prompts, args.rounds, args.slice_ms, args.log_dir, launch)
+        rounds = measure_launch(spec, order, plan, prompts, args.rounds, args.slice_ms, args.log_dir, launch,
+                                args.warm_reversed)
         by_name += [(r["a"], r["b"]) for r in rounds]
         by_start += [(r[order[0]], r[order[1]]) for r in rounds]
+        by_launch.append([(r["a"], r["b"]) for r in rounds])
         print(f"launch {launch} (started {', '.join(order)}): " + "; ".join(
             f"a {r['a']:.0f}, b {r['b']:.0f}" for r in rounds), flush=True)
         print("  " + summary("b ÷ a", [(r["a"], r["b"]) for r in rounds]), flush=True)
     print(f"\nC={c}, {args.launches} launches × {args.rounds} sliced rounds, {METRIC}")
     print(summary("b ÷ a (the name)", by_name))
     print(summary("second-started ÷ first-started", by_start))
+    print(instance_spread(by_launch))
+    print(f"mean {METRIC}: {statistics.mean(x for pair in by_name for x in pair):.1f}")
 
 
 if __name__ == "__main__":

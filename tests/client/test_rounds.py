@@ -9,7 +9,8 @@ import numpy as np
 
 import pytest
 
-from workflow_scripts.client.rounds import Ledger, Planner, RoundPolicy, block_order, launch_order, seeded_order
+from workflow_scripts.client.rounds import (Ledger, Planner, RoundPolicy, block_order, launch_index, launch_order,
+                                           seeded_order)
 
 
 def test_orders_are_seeded_and_blocks_alternate():
@@ -63,14 +64,22 @@ def test_precision_is_unknown_until_both_sides_have_rounds(missing):
     assert ledger.half_width_pct("k") == float("inf")
 
 
-def test_launch_order_follows_the_seed_and_the_round():
+def test_launch_order_follows_the_seed_and_reverses_on_odd_launches():
     members = ["baseline", "baseline_aa", "steps1", "steps2", "steps3", "ngram"]
     orders = {seed: launch_order(members, seed, "cohort-1") for seed in range(8)}
     assert orders[0] == launch_order(members, 0, "cohort-1")  # reproducible
     assert len(set(map(tuple, orders.values()))) > 4  # two cohorts with different seeds record different orders
     firsts = {order[0] for order in orders.values()}
     assert len(firsts) > 2  # the control is not always the first to start
-    assert launch_order(members, 0, "cohort-1", 1) != launch_order(members, 0, "cohort-1", 2)  # per round
+    # counterbalanced: every odd launch reverses the order, so a pair of launches puts each member mid-way
+    assert launch_order(members, 0, "cohort-1", 1) == orders[0][::-1]
+    assert launch_order(members, 0, "cohort-1", 2) == orders[0]
+
+
+def test_servers_launch_again_after_the_first_round_when_counterbalanced():
+    assert [launch_index(r, False, True) for r in range(4)] == [0, 1, 1, 1]
+    assert [launch_index(r, False, False) for r in range(4)] == [0, 0, 0, 0]
+    assert [launch_index(r, True, True) for r in range(4)] == [0, 1, 2, 3]  # restart_each_round: a launch per round
 
 
 def test_racing_stops_measuring_a_setting_beaten_on_both_metrics_but_never_the_control():

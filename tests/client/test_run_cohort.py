@@ -62,6 +62,7 @@ def _until_first_cell(argv: list[str]) -> tuple[subprocess.Popen, list[int]]:
 def _long(tmp_path: Path) -> dict:
     plan = _plan(tmp_path)
     plan["rounds"]["repeats"] = plan["rounds"]["max_repeats"] = 8
+    plan["counterbalance_launches"] = False  # the servers seen after the first cell stay up for every round
     return plan
 
 
@@ -91,9 +92,12 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
     # the servers started in the order shuffled from benchmark.seed, which the meta records, as it does each sliced
     # cell's turn order
     assert meta["allocation"] == "racing" and meta["seed"] == plan["seed"]
-    assert meta["launch_order"] == {"0": launch_order(["baseline", "baseline_aa"], plan["seed"], plan["id"])}
+    # (benchmark.counterbalance_launches) and started again in the reverse order for the second round
+    order = launch_order(["baseline", "baseline_aa"], plan["seed"], plan["id"])
+    assert meta["launch_order"] == {"0": order, "1": order[::-1]}
     warmed = re.findall(r"server (\S+) warmed up", done.stderr)  # each server is warmed right after its start
-    assert warmed == meta["launch_order"]["0"] and len(meta["turn_order"]) == 2
+    assert warmed == order + order[::-1] and len(re.findall(r"started server pid \d+", done.stderr)) == 4
+    assert len(meta["turn_order"]) == 2
     assert all(sorted(order) == ["baseline", "baseline_aa"] for order in meta["turn_order"].values())
     # auto on the embedded engine: both members' cells of a round ran at once, each server in its turns, and
     # their records are on their server's running clock: a span of each cell shorter than the wall time it took

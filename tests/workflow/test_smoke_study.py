@@ -171,7 +171,8 @@ def test_decisions_open_the_summary_and_the_launch_order_is_recorded(study):
     assert "A/A twin ran faster than the control in" in block
     (meta,) = [json.loads(path.read_text()) for path in (res / "benchmark").glob("*.json")]
     assert meta["allocation"] == "racing" and meta["seed"] == SMOKE_VALIDATED["benchmark"]["seed"]
-    assert meta["launch_order"] == {"0": launch_order(meta["members"], meta["seed"], meta["cohort"])}
+    order = launch_order(meta["members"], meta["seed"], meta["cohort"])
+    assert meta["launch_order"] == {"0": order, "1": order[::-1]}  # counterbalanced: reversed for round 1
     assert (res / "plots" / "survival.svg").stat().st_size > 0
 
 

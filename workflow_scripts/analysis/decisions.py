@@ -199,11 +199,11 @@ def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFram
     share = twin_faster_share(aa)
     if math.isfinite(share):
         lines.append(f"- The A/A twin ran faster than the control in {share:.0%} of "
-                     f"{int(aa['diff_pct'].notna().sum())} cells × metrics. Launch and turn order are shuffled "
-                     "from `benchmark.seed`, but each server instance carries a small offset of its own, of either "
-                     "sign (docs/measurements/launch_order.md): a study whose servers start once draws one "
-                     "twin-against-control offset, and the share follows it; the noise floor bounds it, and "
-                     "`restart_each_round` draws it anew each round.")
+                     f"{int(aa['diff_pct'].notna().sum())} cells × metrics (near one half when nothing favours "
+                     "either). A server's start position changes its speed (docs/measurements/launch_order.md): "
+                     "launch and turn order are shuffled from `benchmark.seed`, and the servers start again in "
+                     "the reverse order after the first round (`counterbalance_launches`), so a pair of rounds "
+                     "averages the positions out; the noise floor bounds what is left.")
     rows = []
     for (workload, conc), cell in decisions.groupby(["workload", "concurrency"], sort=True):
         by_metric = {r.metric: r for r in cell.itertuples()}

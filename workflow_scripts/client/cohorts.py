@@ -207,6 +207,7 @@ def cohort_plan(config: dict, cohort: Cohort) -> dict:
                                          "equivalence_pct")},
         "seed": bench["seed"],
         "restart_each_round": bench["restart_each_round"],
+        "counterbalance_launches": bench["counterbalance_launches"],
         "slice_ms": bench["slice_ms"],
         "server_warmup": bench["server_warmup"],
         "node_gpus": config["sglang"]["node_gpus"] if config["engine"] == "sglang" else None,

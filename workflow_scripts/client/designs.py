@@ -5,7 +5,8 @@
 - interleaved: every member's server at once, a cell's round measured member after member;
 - blocked: one member's server at a time, its cells of a round, the members in a balanced order;
 - sequential: one member's server at a time, all of its rounds.
-`benchmark.restart_each_round` starts fresh servers each round of the two designs that hold them all.
+The two designs that hold every server start them again after the first round in the reverse order
+(`benchmark.counterbalance_launches`), or every round (`benchmark.restart_each_round`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Protocol
 
 from tqdm import tqdm
 
-from workflow_scripts.client.rounds import Ledger, Planner, block_order, launch_order, seeded_order
+from workflow_scripts.client.rounds import Ledger, Planner, block_order, launch_index, launch_order, seeded_order
 from workflow_scripts.client.servers import Live, Models, gpu_slices, member_gpus
 
 log = logging.getLogger("benchmark")
@@ -104,18 +105,20 @@ def run_interleaved(cohort: Measuring) -> None:
     gpus = gpu_slices(plan, list(plan["members"])) if plan["engine"] == "sglang" else {}
     with ExitStack() as held:
         servers: dict[str, Live] = {}
+        launched = -1
         for round_ in range(cohort.planner.policy.max_repeats):
             active = round_cells(cohort, round_)
             if not active:
                 break
-            if not servers or (plan["restart_each_round"] and round_pending(cohort, round_, active)):
-                # a fresh server per member per round: what an instance contributes (memory placement, its
-                # own warm-up) becomes round-to-round noise the paired CI sees, not a fixed offset
+            launch = launch_index(round_, plan["restart_each_round"], plan["counterbalance_launches"])
+            if not servers or (launch != launched and round_pending(cohort, round_, active)):
+                # fresh servers in the reverse order: a member's start position (memory placement, its warm-up)
+                # then averages out over a pair of launches instead of biasing every round alike
                 held.close()
-                names = launch_order(list(plan["members"]), cohort.seed, cohort.id,
-                                     round_ if plan["restart_each_round"] else None)
+                names = launch_order(list(plan["members"]), cohort.seed, cohort.id, launch)
                 cohort.launches[round_] = names
                 servers = {name: held.enter_context(cohort.warm_server(name, gpus.get(name))) for name in names}
+                launched = launch
             for cell in cohort.planner.cell_order(round_, active, cohort.id):
                 if cohort.planner.over_budget(round_):
                     return

@@ -20,9 +20,10 @@ After `repeats` rounds (the minimum), up to `max_repeats`, the allocation says w
   the control, both throughput metrics) is wider than +-`precision_pct`.
 A time budget, when set, stops new rounds once spent (the first round always runs, so every cell has data).
 
-Launch and turn order: the members' servers start in an order shuffled from `benchmark.seed` per cohort (per round
-when servers restart each round), and a sliced cell's turns follow an order shuffled per cell and round, so no
-member is always first to start or first to run (an A/A twin that always started second ran faster).
+Launch and turn order: the members' servers start in an order shuffled from `benchmark.seed` per cohort, and start
+again after the first round in the reverse order (`benchmark.counterbalance_launches`; with restart_each_round the
+order alternates every round), because a server's start position changes its speed; a sliced cell's turns follow an
+order shuffled per cell and round, so no member is always first to run.
 """
 
 from __future__ import annotations
@@ -48,10 +49,21 @@ def seeded_order(items: list[str], *seed: object) -> list[str]:
     return out
 
 
-def launch_order(members: list[str], seed: int, cohort: str, round_: int | None = None) -> list[str]:
-    """The order in which a cohort's servers start: shuffled from the study seed per cohort (and per round when the
-    servers restart each round), recorded in the cohort's meta."""
-    return seeded_order(members, "launch", seed, cohort, *(() if round_ is None else (round_,)))
+def launch_index(round_: int, restart_each_round: bool, counterbalance: bool) -> int:
+    """Which launch of a cohort's servers measures a round: a launch per round with restart_each_round; else the
+    first launch for round 0 and, counterbalanced, a second one from round 1 on."""
+    if restart_each_round:
+        return round_
+    return min(round_, 1) if counterbalance else 0
+
+
+def launch_order(members: list[str], seed: int, cohort: str, launch: int = 0) -> list[str]:
+    """The order in which a cohort's servers start: shuffled from the study seed per cohort, and reversed on every
+    odd launch, so that over a pair of launches each member's mean position is the middle one (of two servers of
+    one setting, the second started ran 1.5-3.6% faster; docs/measurements/launch_order.md). Recorded in the
+    cohort's meta."""
+    order = seeded_order(members, "launch", seed, cohort)
+    return order[::-1] if launch % 2 else order
 
 
 def block_order(members: list[str], round_: int) -> list[str]:
