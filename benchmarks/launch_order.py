@@ -1,7 +1,7 @@
 """Does the server launched second measure faster? Two identical servers, their launch order swapped each launch.
 
     python -m benchmarks.launch_order --model results/embedded-cpu/models/target \
-        [--launches 4] [--rounds 4] [--concurrency 16] [--slice-ms 30]
+        [--launches 4] [--rounds 4] [--concurrency 16] [--slice-ms 30] [--warm-reversed]
 
 The study's A/A twin came out faster than its control in 29 of 30 sliced cells over three runs (1-4% each), and
 the study then launched its servers in the same order every time, the control first. Here two servers of one
@@ -10,7 +10,8 @@ launches and b, a on odd ones, each warmed up right after its start as the study
 study's sliced cell (`client/slicing.py`, through `benchmarks.schedule_ab.sliced_round`) for `--rounds` rounds.
 Prints per launch b ÷ a and second-started ÷ first-started (geometric mean over its rounds), then both over all
 launches with the 95% paired CI: if the start order is the cause, the second ratio stays on one side of 1 while the
-first flips sign with the launch order.
+first flips sign with the launch order. Then the instances' own offset beyond the start order (`instance_spread`).
+`--warm-reversed` warms the servers once both are up, the last started first, to tell the start from the warm-up.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from workflow_scripts.client.cell import CellPlan, run_cell_async
 from workflow_scripts.client.prompts import load_tokenizer, synthetic_prompts
 from workflow_scripts.launcher.command import ServerSpec, build_command
 from workflow_scripts.launcher.process import ServerProcess, free_port
+from workflow_scripts.machine import stream_bandwidth_gbs
 
 METRIC = "aggregate_tok_s"
 
@@ -68,10 +70,11 @@ def summary(label: str, pairs: list[tuple[float, float]]) -> str:
 
 
 def instance_spread(launches: list[list[tuple[float, float]]]) -> str:
-    """How far one instance sits from another beyond round noise: a one-way random-effects split of log(b ÷ a).
+    """How far one instance sits from another beyond round noise and the start order: a one-way random-effects split
+    of log(second-started ÷ first-started) per launch.
 
-    A study launches each server once, so this offset (sd per instance, sigma) is what its A/A twin draws against the
-    control; the variance of the per-launch means is 2 sigma^2 plus the rounds' own variance over the rounds."""
+    The variance of the per-launch means is 2 sigma^2 (sigma: the sd of one instance's offset, what a twin started
+    once draws against its control) plus the rounds' own variance over the rounds."""
     logs = [[math.log(b / a) for a, b in launch] for launch in launches]
     rounds = min(len(x) for x in logs)
     if rounds < 2:
@@ -101,6 +104,7 @@ def main() -> None:
     plan = CellPlan(c, c, max(8, c), incremental=True)
     prompts = synthetic_prompts(load_tokenizer(args.model), 64, 64, seed=1)
     spec = ServerSpec("embedded", str(args.model), None, "127.0.0.1", 64, 0, num_threads=1, incremental_streaming=True)
+    print(f"machine: {stream_bandwidth_gbs():.1f} GB/s streaming (one thread)", flush=True)
     by_name, by_start, by_launch = [], [], []
     for launch in range(args.launches):
         order = ["a", "b"] if launch % 2 == 0 else ["b", "a"]
@@ -108,7 +112,7 @@ def main() -> None:
                                 args.warm_reversed)
         by_name += [(r["a"], r["b"]) for r in rounds]
         by_start += [(r[order[0]], r[order[1]]) for r in rounds]
-        by_launch.append([(r["a"], r["b"]) for r in rounds])
+        by_launch.append([(r[order[0]], r[order[1]]) for r in rounds])
         print(f"launch {launch} (started {', '.join(order)}): " + "; ".join(
             f"a {r['a']:.0f}, b {r['b']:.0f}" for r in rounds), flush=True)
         print("  " + summary("b ÷ a", [(r["a"], r["b"]) for r in rounds]), flush=True)

@@ -48,11 +48,11 @@ def test_rounds_repeat_until_the_precision_target_or_the_limit():
     assert noisy.active(4, ["k"]) == ["k"] and steady.active(4, ["k"]) == []
 
 
-def test_the_budget_stops_new_rounds_but_never_the_first():
+def test_the_budget_stops_new_rounds_but_never_the_minimum():
     planner = Planner(RoundPolicy(2, 4, 3.0, time_budget_s=0.01), _ledger([]))
     time.sleep(0.02)
-    assert not planner.over_budget(0) and not planner.budget_hit
-    assert planner.over_budget(1) and planner.budget_hit
+    assert not planner.over_budget(0) and not planner.over_budget(1) and not planner.budget_hit
+    assert planner.over_budget(2) and planner.budget_hit
 
 
 @pytest.mark.parametrize("missing", ["ctrl", "cand"])

@@ -18,7 +18,8 @@ After `repeats` rounds (the minimum), up to `max_repeats`, the allocation says w
   from a decision, not those one round away from it;
 - even: every member in every round while the widest paired CI of the cell's comparisons (every member against
   the control, both throughput metrics) is wider than +-`precision_pct`.
-A time budget, when set, stops new rounds once spent (the first round always runs, so every cell has data).
+A time budget, when set, stops new rounds beyond the minimum once spent: the first `repeats` rounds always run, so
+every cell has a paired CI and both launches of a counterbalanced pair (a cell cut at one round decides nothing).
 
 Launch and turn order: the members' servers start in an order shuffled from `benchmark.seed` per cohort, and start
 again after the first round in the reverse order (`benchmark.counterbalance_launches`; with restart_each_round the
@@ -214,9 +215,10 @@ class Planner:
         return seeded_order(active, cohort, round_)
 
     def over_budget(self, round_: int) -> bool:
-        """True once the budget is spent; round 0 always runs. Remembered for the report."""
+        """True once the budget is spent, from round `repeats` on: the minimum rounds always run (on a slow machine
+        the study then takes longer, rather than deciding nothing). Remembered for the report."""
         budget = self.policy.time_budget_s
-        if round_ == 0 or budget is None or time.monotonic() - self.started < budget:
+        if round_ < self.policy.repeats or budget is None or time.monotonic() - self.started < budget:
             return False
         self.budget_hit = True
         return True
