@@ -1,7 +1,7 @@
 """Does the server launched second measure faster? Two identical servers, their launch order swapped each launch.
 
     python -m benchmarks.launch_order --model results/embedded-cpu/models/target \
-        [--launches 4] [--rounds 4] [--concurrency 16] [--slice-ms 30] [--warm-reversed]
+        [--launches 4] [--rounds 4] [--concurrency 16] [--slice-ms 30] [--warm-reversed] [--ballast-mb 0]
 
 The study's A/A twin came out faster than its control in 29 of 30 sliced cells over three runs (1-4% each), and
 the study then launched its servers in the same order every time, the control first. Here two servers of one
@@ -20,6 +20,8 @@ import argparse
 import asyncio
 import math
 import statistics
+import subprocess
+import sys
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -34,11 +36,23 @@ from workflow_scripts.machine import stream_bandwidth_gbs
 METRIC = "aggregate_tok_s"
 
 
+def ballast(megabytes: int) -> subprocess.Popen:
+    """A process holding `megabytes` of touched memory: the pages the last launch freed go to it, not a server."""
+    proc = subprocess.Popen([sys.executable, "-c", "import sys, time\nimport numpy as np\n"
+                             f"held = np.ones({megabytes} * 2**17)\nprint('held', flush=True)\ntime.sleep(1e9)"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "held"
+    return proc
+
+
 def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: list, rounds: int, slice_ms: float,
-                   log_dir: Path, launch: int, warm_reversed: bool = False) -> list[dict[str, float]]:
-    """Start the servers in `order`, warm each up with one wave (right after its start, or with `warm_reversed`
-    once all are up, in the reverse order), then `rounds` sliced cells: {server: tok/s} each."""
+                   log_dir: Path, launch: int, warm_reversed: bool = False,
+                   ballast_mb: int = 0) -> list[dict[str, float]]:
+    """Start the servers in `order` (after a ballast of `ballast_mb`, freed once they are up), warm each up with one
+    wave (right after its start, or with `warm_reversed` once all are up, in the reverse order), then `rounds`
+    sliced cells: {server: tok/s} each."""
     warmup = CellPlan(plan.concurrency, 0, plan.concurrency, incremental=True)
+    held = ballast(ballast_mb) if ballast_mb else None
 
     def warm(name: str) -> None:
         asyncio.run(run_cell_async(urls[name], warmup, prompts, PARAMS, f"w{launch}{name}"))
@@ -53,6 +67,9 @@ def measure_launch(spec: ServerSpec, order: list[str], plan: CellPlan, prompts: 
             groups[name] = server.proc.pid
             if not warm_reversed:
                 warm(name)
+        if held is not None:
+            held.kill()
+            held.wait()
         for name in reversed(order) if warm_reversed else ():
             warm(name)
         return [{name: metrics[METRIC] for name, metrics in
@@ -94,6 +111,9 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--slice-ms", type=float, default=30.0)
     parser.add_argument("--log-dir", type=Path, default=Path("/tmp/launch_order"))
+    parser.add_argument("--ballast-mb", type=int, default=0,
+                        help="hold this much touched memory while the servers start: do the pages the last launch "
+                             "freed make the first-started server slower?")
     parser.add_argument("--warm-reversed", action="store_true",
                         help="warm the servers once all are up, last started first: tells the start order's "
                              "effect from the warm-up's")
@@ -109,7 +129,7 @@ def main() -> None:
     for launch in range(args.launches):
         order = ["a", "b"] if launch % 2 == 0 else ["b", "a"]
         rounds = measure_launch(spec, order, plan, prompts, args.rounds, args.slice_ms, args.log_dir, launch,
-                                args.warm_reversed)
+                                args.warm_reversed, args.ballast_mb)
         by_name += [(r["a"], r["b"]) for r in rounds]
         by_start += [(r[order[0]], r[order[1]]) for r in rounds]
         by_launch.append([(r[order[0]], r[order[1]]) for r in rounds])

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from markdown_it import MarkdownIt
 
+from workflow_scripts.analysis import launch_position
 from workflow_scripts.analysis.adaptive_check import adaptive_lines
 from workflow_scripts.analysis.decisions import decision_lines
 from workflow_scripts.analysis.gap import gap_sentence
@@ -165,7 +166,8 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
         "“≈ noise” marks a difference that is not *real*: its CI includes 0, or it is within the A/A noise "
         "floor. — means no data (every request failed, or the two settings share no round), never 0.", "",
         "## Headline", *headline(improvement, summary, list(cfg.settings)), "",
-        "## How it was measured", "", floor_sentence(floor, aa), "", *design_lines(metas, precision), "",
+        "## How it was measured", "", floor_sentence(floor, aa), "",
+        launch_position.sentence(floor.get("launch_position")), "", *design_lines(metas, precision), "",
         *server_cost_lines(tables_dir.parent / "profile" / "served_overhead.json"),
         *(["A/A differences (twin vs control, paired by round):", "", aa_markdown(aa), ""] if len(aa) else []),
         "## Recommendation", "",

@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 from tqdm import tqdm
 
+from workflow_scripts.analysis import launch_position
 from workflow_scripts.analysis.adaptive_check import adaptive_table
 from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
 from workflow_scripts.analysis.decisions import RaceRule, decision_table
@@ -150,16 +151,23 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         summary = pd.concat([summarize_measured(requests, cells, cfg.bootstrap), summarize_external(external)],
                             ignore_index=True).astype({"n_repeats": "Int64", "n_ok": "Int64", "n_err": "Int64"})
         steps.update()
-        all_values = improvement_values(all_cells)
+        launches = launch_position.launch_orders(metas)
+        position = launch_position.fit(improvement_values(all_cells), launches, cfg.baseline)
+
+        def values(frame: pd.DataFrame, ext: pd.DataFrame | None = None) -> pd.DataFrame:
+            """Rounds to pair, each measured value freed of its server's start position."""
+            return launch_position.adjust(improvement_values(frame, ext), launches, position)
+
+        all_values = values(all_cells)
         priors = variance_priors(all_values, cfg.baseline)
         aa = aa_table(all_values, cfg.baseline, cfg.twin, priors)
-        floor = noise_floor(aa, metas, cfg.twin)
+        floor = noise_floor(aa, metas, cfg.twin) | {"launch_position": launch_position.as_json(position)}
         floor_pct = math.nan if floor["noise_floor_pct"] is None else floor["noise_floor_pct"]
-        improvement = improvements(improvement_values(cells, external), cfg.comparisons(), floor_pct,
-                                   cfg.equivalence_pct, priors)
+        improvement = improvements(values(cells, external), cfg.comparisons(), floor_pct, cfg.equivalence_pct,
+                                   priors)
         rule = RaceRule(cfg.equivalence_pct, floor_pct)
         decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors)
-        adaptive = adaptive_table(improvement_values(cells), cfg, rule, priors)
+        adaptive = adaptive_table(values(cells), cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()
         scores = score_table(requests, cells, cfg)
