@@ -35,6 +35,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import pandas as pd
+
+from workflow_scripts.analysis import launch_position
 from workflow_scripts.analysis.decisions import Race, RaceRule, Series, aligned, pair, race
 from workflow_scripts.analysis.improvement import Priors
 from workflow_scripts.analysis.paired import VariancePrior, noise_floor_pct, round_logs
@@ -97,6 +100,9 @@ class Ledger:
     values: dict[tuple[str, str, int], dict[str, float]] = field(default_factory=dict)
     # cell key -> member -> the first round it is no longer measured in (racing)
     eliminated: dict[str, dict[str, int]] = field(default_factory=dict)
+    # the round a launch of the servers started at -> members in start order (the cohort meta's launch_order)
+    launches: dict[int, list[str]] = field(default_factory=dict)
+    _adjusted: dict = field(default_factory=dict, repr=False)
 
     def add(self, cell: str, member: str, round_: int, metrics: dict[str, float]) -> None:
         self.values[(cell, member, round_)] = metrics
@@ -122,10 +128,27 @@ class Ledger:
                 by_round[r].add(member)
         return sorted(r for r, got in by_round.items() if got >= set(self.due(cell, r)))
 
-    def series(self, cell: str, metric: str) -> Series:
-        """member -> round -> value of one metric of the cell."""
+    def adjusted(self, before_round: int | None = None) -> dict[tuple[str, str, int], dict[str, float]]:
+        """The values of the rounds before `before_round`, freed of the servers' start position as the tables free
+        them (analysis/launch_position.py: fitted on those rounds alone, identified once two launches measured)."""
+        key = (before_round, len(self.values), len(self.launches))
+        if key not in self._adjusted:
+            rows = [{"cohort": "", "workload": cell, "concurrency": 0, "setting": member, "repeat": r, **metrics}
+                    for (cell, member, r), metrics in self.values.items()
+                    if before_round is None or r < before_round]
+            frame = pd.DataFrame(rows, columns=["cohort", "workload", "concurrency", "setting", "repeat", *METRICS])
+            launches = {"": self.launches}
+            effects = launch_position.fit(frame, launches, self.control)
+            frame = launch_position.adjust(frame, launches, effects)
+            self._adjusted = {key: {(row.workload, row.setting, int(row.repeat)): {m: getattr(row, m) for m in METRICS}
+                                    for row in frame.itertuples()}}
+        return self._adjusted[key]
+
+    def series(self, cell: str, metric: str, before_round: int | None = None) -> Series:
+        """member -> round -> value of one metric of the cell, from the rounds before `before_round`, freed of the
+        start position."""
         out: Series = defaultdict(dict)
-        for (k, member, r), metrics in self.values.items():
+        for (k, member, r), metrics in self.adjusted(before_round).items():
             if k == cell:
                 out[member][r] = metrics[metric]
         return dict(out)
@@ -136,7 +159,7 @@ class Ledger:
         found: dict[str, list] = {metric: [] for metric in METRICS}
         for cell, members in self.members_of.items():
             for metric in METRICS:
-                series = self.series(cell, metric)
+                series = self.series(cell, metric, before_round)
                 found[metric] += [round_logs(*aligned(series, self.control, member, before_round))
                                   for member in members if member != self.control]
         return {metric: VariancePrior.fit(logs) for metric, logs in found.items()}
@@ -146,7 +169,7 @@ class Ledger:
         control, paired on the rounds both have (their spread pooled with `priors`); inf when not yet computable."""
         widest = 0.0
         for metric in METRICS:
-            series = self.series(cell, metric)
+            series = self.series(cell, metric, before_round)
             prior = (priors or {}).get(metric)
             for member in self.due(cell, before_round if before_round is not None else 1 << 30):
                 if member == self.control:
@@ -161,7 +184,8 @@ class Ledger:
         if self.twin is None:
             return math.nan
         diffs = [p.diff_pct for cell in self.members_of for metric in METRICS
-                 if (p := pair(self.series(cell, metric), self.control, self.twin, before_round)).rounds >= 2]
+                 if (p := pair(self.series(cell, metric, before_round), self.control, self.twin,
+                                 before_round)).rounds >= 2]
         return noise_floor_pct(diffs)
 
 
@@ -182,7 +206,7 @@ class Planner:
         """The cell's race judged on the rounds before `round_` (`priors`: Ledger.priors(round_), fitted here when
         not given); its eliminations set what the round measures."""
         rule = RaceRule(self.policy.equivalence_pct, self.ledger.floor_pct(round_))
-        metrics = {metric: self.ledger.series(cell, metric) for metric in METRICS}
+        metrics = {metric: self.ledger.series(cell, metric, round_) for metric in METRICS}
         result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_,
                       self.ledger.priors(round_) if priors is None else priors)
         self.ledger.eliminated[cell] = dict(result.eliminated)

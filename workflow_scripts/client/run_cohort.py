@@ -67,8 +67,9 @@ class Cohort:
                         for name, cell in {c["workload"]: c for c in plan["cells"]}.items()}
         self.seconds: dict[str, float] = {name: 0.0 for name in plan["members"]}
         self.seed = plan["seed"]
-        # what the meta records of the orders: round -> servers' launch order; "cell/round" -> sliced turn order
-        self.launches: dict[int, list[str]] = {}
+        # what the meta records of the orders: round -> servers' launch order (the ledger's: the race frees the
+        # values of the start position with it); "cell/round" -> sliced turn order
+        self.launches: dict[int, list[str]] = self.ledger.launches
         self.turns: dict[str, list[str]] = {}
         self.progress: tqdm | None = None
 
