@@ -140,7 +140,13 @@ def test_aa_control_and_noise_floor(study):
     assert (aa.rounds == SMOKE["benchmark"]["repeats"]).all() and aa.diff_pct.notna().all()
     assert ((aa.ci_low_pct <= aa.diff_pct) & (aa.diff_pct <= aa.ci_high_pct)).all()
     floor = json.loads((tables / "noise_floor.json").read_text())
-    assert set(floor) == {"noise_floor_pct", "schedule", "rounds"}
+    assert set(floor) == {"noise_floor_pct", "schedule", "rounds", "launch_position"}
+    # the servers started twice, the second time reversed: the start position's effect is fitted on every
+    # member but the control (the other settings and the twin) in every cell, and the summary states it
+    fitted_on = CELLS * len(SMOKE["settings"])
+    assert {e["comparisons"] for e in floor["launch_position"].values()} == {fitted_on}
+    assert all(e["ci_low_pct"] <= e["beta_pct"] <= e["ci_high_pct"] for e in floor["launch_position"].values())
+    assert "Each position later in the servers' start order" in (results(study) / "summary.md").read_text()
     assert floor["schedule"] == "sliced" and floor["rounds"] == SMOKE["benchmark"]["repeats"]
     assert floor["noise_floor_pct"] == pytest.approx(float(aa.diff_pct.abs().quantile(0.95)))
     improvement = pd.read_csv(tables / "improvement.csv")

@@ -64,7 +64,7 @@ def launch_index(round_: int, restart_each_round: bool, counterbalance: bool) ->
 def launch_order(members: list[str], seed: int, cohort: str, launch: int = 0) -> list[str]:
     """The order in which a cohort's servers start: shuffled from the study seed per cohort, and reversed on every
     odd launch, so that over a pair of launches each member's mean position is the middle one (of two servers of
-    one setting, the second started ran 1.5-3.6% faster; docs/measurements/launch_order.md). Recorded in the
+    one setting, the second started ran 1.5-6.4% faster; docs/measurements/launch_order.md). Recorded in the
     cohort's meta."""
     order = seeded_order(members, "launch", seed, cohort)
     return order[::-1] if launch % 2 else order
