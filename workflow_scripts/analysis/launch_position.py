@@ -80,17 +80,16 @@ def fit(values: pd.DataFrame, launches: Launches, control: str) -> dict[str, Pos
         groups = [rows[k] for k in (*CELL, "setting")]
         xt = x - x.groupby(groups).transform("mean")
         yt = y - y.groupby(groups).transform("mean")
-        moving = xt.abs() > 1e-9
         sxx = float((xt**2).sum())
-        n_groups = rows.assign(moving=moving).groupby([*CELL, "setting"])["moving"].any()
-        df = len(rows) - len(n_groups) - 1
+        moved = (xt.abs() > 1e-9).groupby(groups).any()  # per setting × cell: measured at two positions
+        df = len(rows) - len(moved) - 1
         if sxx <= 0 or df < 1:
             out[metric] = NOT_IDENTIFIED
             continue
         beta = float((xt * yt).sum() / sxx)
         se = math.sqrt(float(((yt - beta * xt) ** 2).sum()) / df / sxx)
         half = float(stats.t.ppf(0.975, df)) * se
-        out[metric] = PositionEffect(beta, beta - half, beta + half, int(n_groups.sum()))
+        out[metric] = PositionEffect(beta, beta - half, beta + half, int(moved.sum()))
     return out
 
 
