@@ -1,9 +1,9 @@
 """A server's start position as a covariate of the paired comparisons: fitted on the study's own rounds, removed
 from every measured value before pairing.
 
-A cohort starts its servers one after another, and where a server sits in that order changes its speed: in a
-default study on a 2-core Xeon, each position later ran ~2% faster, up to ~13% between the first and the last of
-seven (docs/measurements/launch_order.md). Pairing within rounds cannot see an offset that is the same in every
+A cohort starts its servers one after another, and where a server sits in that order changes its speed: in two
+default studies on a 2-core Xeon, each position later ran 0.9% and 2.1% faster, 6-13% between the first and the
+last of seven, and in another study not at all (docs/measurements/launch_order.md). Pairing within rounds cannot see an offset that is the same in every
 round of a launch. With counterbalanced launches (`benchmark.counterbalance_launches`: a second launch in the
 reverse order) every member is measured at two positions, which identifies the effect: per metric, the log ratio
 of a member to the control in a round is its own effect (per cohort, cell and member) plus beta times its position
