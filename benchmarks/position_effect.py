@@ -3,62 +3,41 @@
     python -m benchmarks.position_effect results/embedded-cpu [--control baseline]
 
 A cohort whose servers started twice, the second time in the reverse order (`benchmark.counterbalance_launches`),
-measured every member at two start positions. Per cell and member (the control aside), the change of its log
-ratio against the control from the first launch's rounds to the second's, regressed through the origin on the
-change of its position relative to the control's, is the effect of one start position later (the member's own
-effect and the round's drift cancel in that difference). Prints it per metric with a 95% CI, then each member's
-mean change between the launches by its first-launch position. Needs tables/cells.csv and benchmark/*.json.
+measured every member at two start positions. Prints per cohort and metric the effect of one start position later
+with its 95% CI, as the analysis fits and removes it (analysis/launch_position.py), then each member's mean change
+of its log ratio against the control from the first launch's rounds to the second's, by its first-launch position
+(the raw pattern the fitted line summarises). Needs tables/cells.csv and benchmark/*.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
-METRICS = {"aggregate_tok_s": "aggregate tok/s", "per_request_tok_s_median": "per-request tok/s"}
+from workflow_scripts.analysis import launch_position
+from workflow_scripts.analysis.summarize import improvement_values
 
-
-def launch_of(round_: int, launches: dict[int, list[str]]) -> int:
-    """The launch that served a round: the latest one started at or before it."""
-    return max(r for r in launches if r <= round_)
+LABELS = {"aggregate_tok_s": "aggregate tok/s", "per_request_tok_s": "per-request tok/s"}
 
 
-def launch_changes(cells: pd.DataFrame, launches: dict[int, list[str]], control: str, metric: str) -> pd.DataFrame:
-    """Per cell and member: its position change against the control's (x) and its log ratio change (y), second
-    launch minus first."""
-    first, second = sorted(launches)[:2]
+def launch_changes(values: pd.DataFrame, by_round: dict[int, list[str]], control: str, metric: str) -> pd.Series:
+    """Per (first-launch position, member): the mean over cells of its log ratio to the control in the second
+    launch's rounds minus in the first's, in percent."""
+    first, second = sorted(by_round)[:2]
     rows = []
-    for (workload, conc), cell in cells.groupby(["workload", "concurrency"]):
-        values = cell.pivot_table(index="repeat", columns="setting", values=metric)
-        values["launch"] = [launch_of(r, launches) for r in values.index]
-        logs = np.log(values.drop(columns="launch").div(values[control], axis=0))
-        means = logs.groupby(values["launch"]).mean()
-        if first not in means.index or second not in means.index:
-            continue
-        for member in means.columns.drop(control):
-            pos = {k: launches[k].index(member) - launches[k].index(control) for k in (first, second)}
-            y = means.at[second, member] - means.at[first, member]
-            if math.isfinite(y):
-                rows.append({"workload": workload, "concurrency": conc, "member": member,
-                             "first_position": launches[first].index(member),
-                             "x": pos[second] - pos[first], "y": y})
-    return pd.DataFrame(rows)
-
-
-def slope(changes: pd.DataFrame) -> tuple[float, float, float]:
-    """The effect of one position later (fraction) and its 95% CI: least squares through the origin."""
-    x, y = changes["x"].to_numpy(float), changes["y"].to_numpy(float)
-    beta = float(x @ y / (x @ x))
-    resid = y - beta * x
-    se = math.sqrt(resid @ resid / (len(x) - 1) / (x @ x))
-    t = stats.t.ppf(0.975, len(x) - 1)
-    return beta, beta - t * se, beta + t * se
+    for _, cell in values.groupby(["workload", "concurrency"]):
+        table = cell.pivot_table(index="repeat", columns="setting", values=metric)
+        logs = np.log(table.div(table[control], axis=0)).drop(columns=control)
+        means = logs.groupby([launch_position.launch_of(r, by_round) for r in table.index]).mean()
+        if {first, second} <= set(means.index):
+            rows += [{"position": by_round[first].index(m), "member": m,
+                      "change": means.at[second, m] - means.at[first, m]} for m in logs.columns]
+    changes = pd.DataFrame(rows, columns=["position", "member", "change"]).dropna()
+    return changes.groupby(["position", "member"])["change"].mean().mul(100).round(1)
 
 
 def main() -> None:
@@ -66,27 +45,25 @@ def main() -> None:
     parser.add_argument("results", type=Path, help="a study's results folder, e.g. results/embedded-cpu")
     parser.add_argument("--control", default="baseline")
     args = parser.parse_args()
-    cells = pd.read_csv(args.results / "tables" / "cells.csv")
-    for meta_path in sorted((args.results / "benchmark").glob("*.json")):
-        meta = json.loads(meta_path.read_text())
-        launches = {int(r): order for r, order in meta["launch_order"].items()}
-        if len(launches) < 2:
-            print(f"{meta['cohort']}: one launch, nothing to compare")
+    values = improvement_values(pd.read_csv(args.results / "tables" / "cells.csv"))
+    metas = [json.loads(path.read_text()) for path in sorted((args.results / "benchmark").glob("*.json"))]
+    for cohort, by_round in launch_position.launch_orders(metas).items():
+        if len(by_round) < 2:
+            print(f"{cohort}: one launch, nothing to compare")
             continue
-        cohort = cells[cells["cohort"] == meta["cohort"]]
-        print(f"{meta['cohort']}: launches {launches}")
-        for metric, label in METRICS.items():
-            changes = launch_changes(cohort, launches, args.control, metric)
-            if len(changes) < 2:
-                print(f"- {label}: fewer than two cells measured in both launches")
+        ours = values[values["cohort"] == cohort]
+        print(f"{cohort}: launches {by_round}")
+        effects = launch_position.fit(ours, {cohort: by_round}, args.control)
+        for metric, effect in effects.items():
+            if not effect.identified:
+                print(f"- {LABELS[metric]}: no setting measured in both launches")
                 continue
-            beta, low, high = slope(changes)
-            n_cells = changes.groupby(["workload", "concurrency"]).ngroups
-            print(f"- {label}: one start position later {100 * beta:+.2f}% [{100 * low:+.2f}, {100 * high:+.2f}], "
-                  f"over {len(changes)} member-cells in {n_cells} cells")
-            by_position = changes.groupby(["first_position", "member"])["y"].mean().mul(100).round(1)
+            print(f"- {LABELS[metric]}: one start position later {100 * effect.beta:+.2f}% "
+                  f"[{100 * effect.ci_low:+.2f}, {100 * effect.ci_high:+.2f}], over {effect.comparisons} "
+                  "settings × cells")
             print("  second launch ÷ first, against the control, by first-launch position: " + ", ".join(
-                f"{pos} {member} {value:+.1f}%" for (pos, member), value in by_position.items()))
+                f"{pos} {member} {value:+.1f}%" for (pos, member), value in
+                launch_changes(ours, by_round, args.control, metric).items()))
 
 
 if __name__ == "__main__":

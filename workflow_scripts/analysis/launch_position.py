@@ -3,8 +3,8 @@ from every measured value before pairing.
 
 A cohort starts its servers one after another, and where a server sits in that order changes its speed: in two
 default studies on a 2-core Xeon, each position later ran 0.9% and 2.1% faster, 6-13% between the first and the
-last of seven, and in another study not at all (docs/measurements/launch_order.md). Pairing within rounds cannot see an offset that is the same in every
-round of a launch. With counterbalanced launches (`benchmark.counterbalance_launches`: a second launch in the
+last of seven, and in another study not at all (docs/measurements/launch_order.md). Pairing within rounds cannot
+see an offset that is the same in every round of a launch. With counterbalanced launches (`benchmark.counterbalance_launches`: a second launch in the
 reverse order) every member is measured at two positions, which identifies the effect: per metric, the log ratio
 of a member to the control in a round is its own effect (per cohort, cell and member) plus beta times its position
 relative to the control's, and beta is the within-member least-squares slope over every such comparison of the
@@ -50,16 +50,21 @@ def launch_orders(metas: list[dict]) -> Launches:
             if m.get("launch_order")}
 
 
+def launch_of(round_: int, by_round: dict[int, list[str]]) -> int | None:
+    """The launch that served a round: the latest one started at or before it (None: none had started)."""
+    served = [r for r in by_round if r <= round_]
+    return max(served) if served else None
+
+
 def positions(values: pd.DataFrame, launches: Launches) -> pd.Series:
     """Each measured row's start position in the launch that served its round, centred on the middle of the
     order (NaN: external rows, or a cohort without a launch record)."""
     out = pd.Series(np.nan, index=values.index)
     for cohort, by_round in launches.items():
         rows = values["cohort"] == cohort
-        starts = sorted(by_round)
         for idx, setting, round_ in zip(values.index[rows], values.loc[rows, "setting"], values.loc[rows, "repeat"]):
-            served = [r for r in starts if r <= round_]
-            order = by_round[served[-1]] if served else []
+            launch = launch_of(round_, by_round)
+            order = [] if launch is None else by_round[launch]
             if setting in order:
                 out[idx] = order.index(setting) - (len(order) - 1) / 2
     return out
