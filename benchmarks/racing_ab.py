@@ -10,7 +10,8 @@ folder of its own, under the same time budget; the designs alternate in a seeded
 - `even`: every setting in every round until the precision target or max_repeats (`benchmark.allocation: even`);
 - `racing`: only what is still undecided after `repeats` rounds (`benchmark.allocation: racing`);
 - `racing-restart`: racing with fresh servers each round (`benchmark.restart_each_round: true`).
-Every design is judged by one rule (analysis/decisions.py) with one equivalence margin and one noise floor, the
+Every design's rounds are freed of the servers' start positions fitted on its own rounds, as the study's tables
+are (analysis/launch_position.py), then judged by one rule (analysis/decisions.py) with one equivalence margin and one noise floor, the
 95th percentile of |A/A difference| pooled over the designs' cells, so a design cannot decide more by drawing a
 smaller floor; each design's CIs pool the spread of its own comparisons (paired.VariancePrior), as its study
 would. Prints per design: cells x metrics decided (of the total), minutes of measuring (the job's own clock,
@@ -34,6 +35,7 @@ import pandas as pd
 import yaml
 from snakemake.utils import validate
 
+from workflow_scripts.analysis import launch_position
 from workflow_scripts.analysis.decisions import UNDECIDED, RaceRule, decision_table, twin_faster_share
 from workflow_scripts.analysis.improvement import variance_priors
 from workflow_scripts.analysis.metrics import add_request_metrics, cell_table
@@ -83,7 +85,12 @@ def run_design(config: dict, design: str, args: argparse.Namespace, out: Path) -
     with open(out / "benchmark.log", "w") as log:
         subprocess.run(argv, check=True, stderr=log, env=dict(os.environ, PYTHONPATH=str(REPO)))
     cells = cell_table(add_request_metrics(pd.read_parquet(out / "records.parquet")))
-    return improvement_values(cells), json.loads((out / "meta.json").read_text())
+    meta = json.loads((out / "meta.json").read_text())
+    # as the study's tables judge them: freed of the servers' start positions, fitted on this design's own rounds
+    values, launches = improvement_values(cells), launch_position.launch_orders([meta])
+    effects = launch_position.fit(values, launches, config["analysis"]["baseline"])
+    print(f"{design}: {launch_position.sentence(launch_position.as_json(effects))}", flush=True)
+    return launch_position.adjust(values, launches, effects), meta
 
 
 def main() -> None:

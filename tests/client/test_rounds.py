@@ -64,7 +64,7 @@ def test_precision_is_unknown_until_both_sides_have_rounds(missing):
     assert ledger.half_width_pct("k") == float("inf")
 
 
-def test_launch_order_follows_the_seed_and_reverses_on_odd_launches():
+def test_launch_order_follows_the_seed_reverses_on_odd_launches_and_reshuffles_per_pair():
     members = ["baseline", "baseline_aa", "steps1", "steps2", "steps3", "ngram"]
     orders = {seed: launch_order(members, seed, "cohort-1") for seed in range(8)}
     assert orders[0] == launch_order(members, 0, "cohort-1")  # reproducible
@@ -73,7 +73,12 @@ def test_launch_order_follows_the_seed_and_reverses_on_odd_launches():
     assert len(firsts) > 2  # the control is not always the first to start
     # counterbalanced: every odd launch reverses the order, so a pair of launches puts each member mid-way
     assert launch_order(members, 0, "cohort-1", 1) == orders[0][::-1]
-    assert launch_order(members, 0, "cohort-1", 2) == orders[0]
+    pairs = [launch_order(members, 0, "cohort-1", 2 * p) for p in range(8)]
+    assert all(launch_order(members, 0, "cohort-1", 2 * p + 1) == pairs[p][::-1] for p in range(8))
+    # restart_each_round: each pair of launches a fresh order, so the twin's place (and what reversal leaves of a
+    # curved position effect) is drawn again per pair
+    assert len(set(map(tuple, pairs))) > 4
+    assert len({order.index("baseline_aa") for order in pairs}) > 2
 
 
 def test_servers_launch_again_after_the_first_round_when_counterbalanced():

@@ -22,8 +22,8 @@ A time budget, when set, stops new rounds beyond the minimum once spent: the fir
 every cell has a paired CI and both launches of a counterbalanced pair (a cell cut at one round decides nothing).
 
 Launch and turn order: the members' servers start in an order shuffled from `benchmark.seed` per cohort, and start
-again after the first round in the reverse order (`benchmark.counterbalance_launches`; with restart_each_round the
-order alternates every round), because a server's start position changes its speed; a sliced cell's turns follow an
+again after the first round in the reverse order (`benchmark.counterbalance_launches`; with restart_each_round every
+pair of rounds takes a fresh order, then its reverse), because a server's start position changes its speed; a sliced cell's turns follow an
 order shuffled per cell and round, so no member is always first to run.
 """
 
@@ -62,11 +62,13 @@ def launch_index(round_: int, restart_each_round: bool, counterbalance: bool) ->
 
 
 def launch_order(members: list[str], seed: int, cohort: str, launch: int = 0) -> list[str]:
-    """The order in which a cohort's servers start: shuffled from the study seed per cohort, and reversed on every
-    odd launch, so that over a pair of launches each member's mean position is the middle one (of two servers of
-    one setting, the second started ran 1.5-6.4% faster; docs/measurements/launch_order.md). Recorded in the
-    cohort's meta."""
-    order = seeded_order(members, "launch", seed, cohort)
+    """The order in which a cohort's servers start: a pair of launches shares one order shuffled from the study seed
+    (per cohort and pair), the odd launch reversed. Reversed, each member's mean position over the pair is the middle
+    one (of two servers of one setting, the second started ran 1.5-6.4% faster; docs/measurements/launch_order.md);
+    a fresh shuffle per pair (restart_each_round) makes what reversal cannot cancel, a curved position effect, a
+    draw per pair that the rounds' spread sees. Recorded in the cohort's meta."""
+    pair = launch // 2
+    order = seeded_order(members, "launch", seed, cohort, *([pair] if pair else []))  # pair 0: the cohort's own
     return order[::-1] if launch % 2 else order
 
 
