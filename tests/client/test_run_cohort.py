@@ -118,11 +118,16 @@ def test_a_cohort_measures_its_rounds_and_a_damaged_cache_file_is_measured_again
     assert not records.request_id.str.contains("warmup").any()
     cached = sorted((tmp_path / "cells" / plan["id"]).glob("*/*.parquet"))
     assert len(cached) == 4
-    cached[0].write_bytes(cached[0].read_bytes()[:100])  # a truncated cell on disk
+    damaged = next(path for path in cached if "-r1-" in path.name)  # a cell of the second launch's round
+    damaged.write_bytes(damaged.read_bytes()[:100])  # a truncated cell on disk
     again = subprocess.run(_argv(plan, smoke_pair, tmp_path), env=_env(), capture_output=True, text=True, timeout=300)
     assert again.returncode == 0, again.stderr[-3000:]
     assert "is unreadable" in again.stderr and "3 cached cell-rounds" in again.stderr
-    assert len(pd.read_parquet(cached[0])) == len(records) // 4  # measured again, whole
+    assert len(pd.read_parquet(damaged)) == len(records) // 4  # measured again, whole
+    # only the launch that measures round 1 starts again, in its own order, and the cached round 0 keeps the
+    # positions of the launch that measured it: the start-position fit sees both launches
+    assert re.findall(r"server (\S+) warmed up", again.stderr) == order[::-1]
+    assert json.loads((tmp_path / "out.json").read_text())["launch_order"] == {"0": order, "1": order[::-1]}
 
 
 def test_sigterm_stops_every_server_and_leaves_no_output(smoke_pair, tmp_path):

@@ -111,11 +111,18 @@ def run_interleaved(cohort: Measuring) -> None:
             if not active:
                 break
             launch = launch_index(round_, plan["restart_each_round"], plan["counterbalance_launches"])
-            if not servers or (launch != launched and round_pending(cohort, round_, active)):
+            names = launch_order(list(plan["members"]), cohort.seed, cohort.id, launch)
+            if round_ == 0 or launch != launch_index(round_ - 1, plan["restart_each_round"],
+                                                     plan["counterbalance_launches"]):
+                # where the plan starts this launch: rounds cached by an earlier run of the job keep the positions
+                # they were measured at, for the start-position fit (the order follows from the seed)
+                cohort.launches[round_] = names
+            if not round_pending(cohort, round_, active):
+                continue  # every cell of the round cached: no server needed for it
+            if launch != launched:
                 # fresh servers in the reverse order: a member's start position (memory placement, its warm-up)
                 # then averages out over a pair of launches instead of biasing every round alike
                 held.close()
-                names = launch_order(list(plan["members"]), cohort.seed, cohort.id, launch)
                 cohort.launches[round_] = names
                 servers = {name: held.enter_context(cohort.warm_server(name, gpus.get(name))) for name in names}
                 launched = launch
