@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 
 from workflow_scripts.analysis.calibration import bound_gap, fit_costs, main, within_share
+from workflow_scripts.analysis.cost_model.data import speculative_family
 from workflow_scripts.analysis.study_config import StudyConfig
 
 
@@ -68,3 +69,11 @@ def test_cli_writes_both_tables(tmp_path):
     assert main(["--summary", str(tmp_path / "summary.csv"), "--config-json", json.dumps(CONFIG),
                  "--out-costs", str(tmp_path / "costs.csv"), "--out-gap", str(tmp_path / "gap.csv")]) == 0
     assert len(pd.read_csv(tmp_path / "costs.csv")) == 2 and len(pd.read_csv(tmp_path / "gap.csv")) == 6
+
+
+def test_the_cost_model_fits_the_measured_acceptance_never_the_fixed_one():
+    """Calibration settings (four step counts here, against the study's three) are not the cost model's family:
+    their acceptance is set, not measured."""
+    cfg = StudyConfig.from_dict(CONFIG)
+    family, others = speculative_family(cfg, set(CONFIG["settings"]))
+    assert family == ["steps1", "steps2", "steps3"] and others == []

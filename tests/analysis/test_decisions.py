@@ -66,6 +66,18 @@ def test_the_control_and_its_twin_are_never_eliminated(seed):
     assert result.eliminated_text(8) == f"a@{result.eliminated['a']}"
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_calibration_bystander_neither_wins_nor_is_eliminated(seed):
+    # a fixed-acceptance setting runs far faster or slower than any real one; it is measured, never raced
+    data = rounds({"ctrl": 1.0, "ctrl_aa": 1.0, "a": 1.10, "cal_fast": 1.5, "cal_slow": 0.5}, 6, seed)
+    result = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=6,
+                  bystanders={"cal_fast", "cal_slow"})
+    assert all(v.best == "a" and v.decision == WINNER for v in result.verdicts.values())
+    assert not {"cal_fast", "cal_slow"} & set(result.eliminated)
+    raced = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=6)  # as a contender
+    assert all(v.best == "cal_fast" for v in raced.verdicts.values()) and "cal_slow" in raced.eliminated
+
+
 def test_nothing_is_judged_from_one_round_and_the_margin_must_be_positive():
     data = rounds({"ctrl": 1.0, "fast": 2.0}, 1, 0)
     assert not race(data, "ctrl", None, RaceRule(4.0), start=1, upto=1).decided

@@ -88,9 +88,10 @@ def test_servers_launch_again_after_the_first_round_when_counterbalanced():
 
 
 def test_racing_stops_measuring_a_setting_beaten_on_both_metrics_but_never_the_control():
-    members = ["ctrl", "ctrl_aa", "fast", "slow"]
-    ledger = Ledger("ctrl", {"k": members})
-    factors = {"ctrl": 1.0, "ctrl_aa": 1.0, "fast": 1.3, "slow": 0.7}
+    members = ["cal", "ctrl", "ctrl_aa", "fast", "slow"]
+    # a fixed-acceptance calibration member, slower than `slow`, is measured every round and never races
+    ledger = Ledger("ctrl", {"k": members}, bystanders=frozenset({"cal"}))
+    factors = {"cal": 0.5, "ctrl": 1.0, "ctrl_aa": 1.0, "fast": 1.3, "slow": 0.7}
     for r, drift in enumerate([1.0, 0.9, 1.1]):
         for m, f in factors.items():
             jitter = 1 + 0.003 * ((r + len(m)) % 3 - 1)
@@ -98,7 +99,7 @@ def test_racing_stops_measuring_a_setting_beaten_on_both_metrics_but_never_the_c
     planner = Planner(RoundPolicy(2, 6, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
     assert planner.needs_round("k", 2) or ledger.eliminated["k"]
     assert ledger.eliminated["k"] == {"slow": 2}
-    assert ledger.due("k", 1) == members and ledger.due("k", 2) == ["ctrl", "ctrl_aa", "fast"]
+    assert ledger.due("k", 1) == members and ledger.due("k", 2) == ["cal", "ctrl", "ctrl_aa", "fast"]
     assert ledger.complete_rounds("k") == [0, 1, 2]  # round 2 did not need `slow`
     assert not planner.needs_round("k", 3)  # `fast` leads the control by 30% on both metrics: decided
 

@@ -22,6 +22,7 @@ rounds. The rule starts after `repeats` rounds; before that nothing is judged.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -126,12 +127,14 @@ class Race:
 
 
 def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceRule, start: int,
-         upto: int, priors: Priors | None = None) -> Race:
+         upto: int, priors: Priors | None = None, bystanders: Collection[str] = ()) -> Race:
     """Replay the race of one cell: at each round boundary r in [start, upto], judged on the rounds before r,
     eliminate what is beaten on every metric from round r on; the verdicts are those at `upto`, before its own
     eliminations. Deterministic in the data, so a resumed benchmark job and the tables reach the same ones.
-    `priors` (per metric) pool the CIs' spread; the benchmark's round loop fits them on the rounds before `upto`."""
-    members = sorted({m for series in metrics.values() for m in series} - {twin})
+    `priors` (per metric) pool the CIs' spread; the benchmark's round loop fits them on the rounds before `upto`.
+    `bystanders` are measured every round but never race: fixed-acceptance calibration settings, which no deployment
+    can run."""
+    members = sorted({m for series in metrics.values() for m in series} - {twin} - set(bystanders))
     out = Race()
     for boundary in range(min(max(start, 2), upto), upto + 1):
         survivors = [m for m in members if m not in out.eliminated]
@@ -157,7 +160,7 @@ def cell_series(cell: pd.DataFrame) -> tuple[dict[str, Series], int]:
 
 
 def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: RaceRule, start: int,
-                   priors: Priors | None = None) -> pd.DataFrame:
+                   priors: Priors | None = None, bystanders: Collection[str] = ()) -> pd.DataFrame:
     """tables/decisions.csv: the race of every measured cell replayed on its rounds, one row per metric.
 
     ``values`` has one row per setting and round (columns setting, workload, concurrency, cohort, repeat and the
@@ -165,7 +168,7 @@ def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: R
     rows = []
     for (workload, concurrency), cell in values.groupby(["workload", "concurrency"], sort=True):
         series, n_rounds = cell_series(cell)
-        result = race(series, control, twin, rule, start, n_rounds, priors)
+        result = race(series, control, twin, rule, start, n_rounds, priors, bystanders)
         for metric in METRICS:
             v = result.verdicts[metric]
             rows.append({"workload": workload, "concurrency": int(concurrency), "metric": metric,

@@ -25,6 +25,7 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis import launch_position
 from workflow_scripts.analysis.adaptive_check import adaptive_table
+from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
 from workflow_scripts.analysis.decisions import RaceRule, decision_table
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
@@ -146,6 +147,8 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         study = load_study(cfg, request_paths, meta_paths, profile_path)
         all_cells, metas, external = study.cells, study.metas, study.external
         measured = study.without([cfg.twin])
+        # fixed-acceptance calibration settings are measured, not deployable: they never race or get recommended
+        calibration = [name for name, setting in cfg.settings.items() if is_calibration(setting)]
         requests, cells = measured.requests, measured.cells
         steps.update()
         summary = pd.concat([summarize_measured(requests, cells, cfg.bootstrap), summarize_external(external)],
@@ -166,11 +169,12 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         improvement = improvements(values(cells, external), cfg.comparisons(), floor_pct, cfg.equivalence_pct,
                                    priors)
         rule = RaceRule(cfg.equivalence_pct, floor_pct)
-        decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors)
+        decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors, calibration)
         adaptive = adaptive_table(values(cells), cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()
-        scores = score_table(requests, cells, cfg)
+        contenders = measured.without(calibration)
+        scores = score_table(contenders.requests, contenders.cells, cfg)
         steps.update()
         cost = analyse(requests, summary, cfg, *floor_text(floor), rounds=cells, profile=study.profile)
         steps.update()

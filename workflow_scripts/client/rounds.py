@@ -104,6 +104,8 @@ class Ledger:
     eliminated: dict[str, dict[str, int]] = field(default_factory=dict)
     # the round a launch of the servers started at -> members in start order (the cohort meta's launch_order)
     launches: dict[int, list[str]] = field(default_factory=dict)
+    # measured every round, never racing: fixed-acceptance calibration settings (decisions.race)
+    bystanders: frozenset[str] = frozenset()
     _adjusted: dict = field(default_factory=dict, repr=False)
 
     def add(self, cell: str, member: str, round_: int, metrics: dict[str, float]) -> None:
@@ -210,7 +212,7 @@ class Planner:
         rule = RaceRule(self.policy.equivalence_pct, self.ledger.floor_pct(round_))
         metrics = {metric: self.ledger.series(cell, metric, round_) for metric in METRICS}
         result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_,
-                      self.ledger.priors(round_) if priors is None else priors)
+                      self.ledger.priors(round_) if priors is None else priors, self.ledger.bystanders)
         self.ledger.eliminated[cell] = dict(result.eliminated)
         return result
 

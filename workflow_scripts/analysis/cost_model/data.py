@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.acceptance import Histograms, position_counts
+from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.analysis.cost_model.speculation import geometric_alpha
 from workflow_scripts.analysis.forward_time import attach
 from workflow_scripts.analysis.improvement import improvements
@@ -23,10 +24,12 @@ METRIC_COLUMNS = {"aggregate_tok_s": "aggregate_tok_s_median", "per_request_tok_
 
 
 def speculative_family(cfg: StudyConfig, present: set[str]) -> tuple[list[str], list[str]]:
-    """(the largest group of measured speculative settings that differ only in their steps, the others left out)."""
+    """(the largest group of measured speculative settings that differ only in their steps, the others left out).
+    Fixed-acceptance calibration settings are neither: their acceptance is set, not measured (analysis/calibration.py
+    fits their step cost)."""
     groups: dict[str, list[str]] = {}
     for name, args in cfg.settings.items():
-        if cfg.steps(name) > 0 and name in present:
+        if cfg.steps(name) > 0 and name in present and not is_calibration(args):
             rest = {k: v for k, v in args.items() if k not in STEPS_KEYS}
             groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(name)
     if not groups:
