@@ -23,8 +23,8 @@ every cell has a paired CI and both launches of a counterbalanced pair (a cell c
 
 Launch and turn order: the members' servers start in an order shuffled from `benchmark.seed` per cohort, and start
 again after the first round in the reverse order (`benchmark.counterbalance_launches`; with restart_each_round every
-pair of rounds takes a fresh order, then its reverse), because a server's start position changes its speed; a sliced cell's turns follow an
-order shuffled per cell and round, so no member is always first to run.
+pair of rounds takes a fresh order, then its reverse), because a server's start position changes its speed; a
+sliced cell's turns follow an order shuffled per cell and round, so no member is always first to run.
 """
 
 from __future__ import annotations
