@@ -14,9 +14,9 @@ Every design's rounds are freed of the servers' start positions fitted on its ow
 are (analysis/launch_position.py), then judged by one rule (analysis/decisions.py) with one equivalence margin
 and one noise floor, the 95th percentile of |A/A difference| pooled over the designs' cells, so a design cannot
 decide more by drawing a smaller floor; each design's CIs pool the spread of its own comparisons
-(paired.VariancePrior), as its study would. Prints per design: cells x metrics decided (of the total), minutes of measuring (the job's own clock,
-servers' start-up included), decided per minute, the A/A twin's share of cells where it ran faster and
-the A/A CIs that cover 0; then racing's decided-per-minute over even's.
+(paired.VariancePrior), as its study would. Prints per design: cells x metrics decided (of the total), minutes
+of measuring (the job's own clock, servers' start-up included), decided per minute, the A/A twin's share of
+cells where it ran faster and the A/A CIs that cover 0; then racing's decided-per-minute over even's.
 Without --moe-installed, settings with `moe_config: tuned` run the engine's default MoE config instead.
 """
 
