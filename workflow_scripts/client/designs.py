@@ -105,18 +105,18 @@ def run_interleaved(cohort: Measuring) -> None:
     gpus = gpu_slices(plan, list(plan["members"])) if plan["engine"] == "sglang" else {}
     with ExitStack() as held:
         servers: dict[str, Live] = {}
-        launched = -1
+        launched = planned = -1  # the launch whose servers are up; the launch the plan's rounds have reached
         for round_ in range(cohort.planner.policy.max_repeats):
             active = round_cells(cohort, round_)
             if not active:
                 break
             launch = launch_index(round_, plan["restart_each_round"], plan["counterbalance_launches"])
             names = launch_order(list(plan["members"]), cohort.seed, cohort.id, launch)
-            if round_ == 0 or launch != launch_index(round_ - 1, plan["restart_each_round"],
-                                                     plan["counterbalance_launches"]):
+            if launch != planned:
                 # where the plan starts this launch: rounds cached by an earlier run of the job keep the positions
                 # they were measured at, for the start-position fit (the order follows from the seed)
                 cohort.launches[round_] = names
+                planned = launch
             if not round_pending(cohort, round_, active):
                 continue  # every cell of the round cached: no server needed for it
             if launch != launched:
