@@ -1,14 +1,17 @@
 # Fixed-acceptance calibration: step costs from the settings with `simulate_acc_len` alone, and the study's other
 # speculative cells against them (prediction, the upper bound at perfect acceptance, the gap).
-# Needs from common.smk: config (validated), RESULTS; from analysis.smk: ANALYSIS_CODE. `rule all` asks for its
-# outputs when a setting is a calibration cell (config/cost-model.yaml has them).
+# Needs from common.smk: config (validated), RESULTS, COVERAGE; from analysis.smk: ANALYSIS_CODE. `rule all` asks
+# for its outputs when a setting is a calibration cell (config/cost-model.yaml has them).
 # Code: workflow_scripts/analysis/calibration.py (docs/deployment.md).
 from workflow_scripts.analysis import rule_items
 
 
 rule calibration:
     input:
-        summary=f"{RESULTS}/tables/summary.csv",
+        # the cells in the cost model's terms need the records themselves: histograms, lengths, forward times
+        requests=expand(
+            f"{RESULTS}/requests/{{setting}}.parquet", setting=list(COVERAGE)
+        ),
     output:
         costs=report(
             f"{RESULTS}/tables/calibration_costs.csv",
@@ -35,5 +38,5 @@ rule calibration:
         code=ANALYSIS_CODE,
         cfg=rule_items.analysis_config_json(config),
     shell:
-        "python -m workflow_scripts.analysis.calibration --summary {input.summary:q} --config-json {params.cfg:q}"
+        "python -m workflow_scripts.analysis.calibration --config-json {params.cfg:q} --requests {input.requests:q}"
         " --out-costs {output.costs:q} --out-gap {output.gap:q} > {log} 2>&1"

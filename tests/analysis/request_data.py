@@ -23,8 +23,9 @@ COHORT = "cohort-test"
 def cell(setting: str, workload: str, concurrency: int, repeat: int, *, n: int = 8, tok_s: float | list[float] = 100.0,
          ttft_s: float = 0.05, tokens: int = 16, tokens_per_chunk: int = 1, temperature: float = 0.0,
          error: str | None = None, warmup: int = 1, output_ids=None, finish_reason: str = "length",
-         t0: float = 1000.0, cohort: str = COHORT) -> list[dict]:
-    """Rows of one cell: ``warmup`` warm-up requests then ``n`` measured ones (all errored if ``error``)."""
+         t0: float = 1000.0, cohort: str = COHORT, histogram: list[int] | None = None) -> list[dict]:
+    """Rows of one cell: ``warmup`` warm-up requests then ``n`` measured ones (all errored if ``error``), each with
+    the engine's ``histogram`` of accepted drafts per verify where given."""
     speeds = np.broadcast_to(np.asarray(tok_s, dtype="float64"), (n + warmup,))
     lanes = [t0] * concurrency
     rows = []
@@ -49,9 +50,10 @@ def cell(setting: str, workload: str, concurrency: int, repeat: int, *, n: int =
             "chunk_tokens": [tokens_per_chunk] * n_chunks if ok else [], "end_ts": end,
             "ttft_s": ttft_s if ok else None, "e2e_s": end - send if ok else None, "prompt_tokens": 16,
             "output_tokens": tokens if ok else None, "finish_reason": finish_reason if ok else "abort",
-            "spec_verify_ct": n_chunks if ok and spec else None,
+            "spec_verify_ct": (sum(histogram) if histogram else n_chunks) if ok and spec else None,
             "accept_length": tokens / n_chunks if ok and spec else None,
             "output_ids": ids if ok else [], "text_hash": str(hash(tuple(ids))), "error": error,
+            "spec_correct_drafts_histogram": histogram if ok and spec else None,
         })
     return rows
 

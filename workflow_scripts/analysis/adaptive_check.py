@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.analysis.decisions import RaceRule, Series, cell_series, judge, pair
 from workflow_scripts.analysis.improvement import METRICS, Priors
 from workflow_scripts.analysis.paired import EQUIVALENT, TOST_CI, VariancePrior
-from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
 from workflow_scripts.analysis.summarize import MEASURED
 
 BETTER, WORSE, UNDECIDED = "better", "worse", "undecided"

@@ -28,11 +28,10 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.analysis.output import write_csv
 from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.paired import REAL
-from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
 
 SCHEDULE_COLUMNS = ["workload", "band", "batch_from", "batch_to", "concurrencies", "steps", "recommended", "verdict",
                     "reason"]

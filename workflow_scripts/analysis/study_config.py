@@ -14,6 +14,12 @@ from workflow_scripts.client.cohorts import twin_name
 from workflow_scripts.moe.ab import MOE_AB, moe_pairs
 
 DEFAULT_BANDS = {"low": [1, 4], "mid": [16], "high": [32, 64]}
+CALIBRATION_KEY = "simulate_acc_len"  # a fixed-acceptance calibration setting (analysis/calibration.py)
+
+
+def is_calibration(setting: dict[str, Any]) -> bool:
+    """A setting that commits a fixed number of tokens per verify: measured for the step's cost, never deployed."""
+    return setting.get(CALIBRATION_KEY) is not None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,6 @@ from tqdm import tqdm
 
 from workflow_scripts.analysis import launch_position
 from workflow_scripts.analysis.adaptive_check import adaptive_table
-from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
 from workflow_scripts.analysis.decisions import RaceRule, decision_table
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
@@ -35,7 +34,7 @@ from workflow_scripts.analysis.noise import aa_table, floor_text, noise_floor, p
 from workflow_scripts.analysis.output import html_page, write_csv
 from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.recommend import recommend, score_table
-from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
 from workflow_scripts.analysis.study_inputs import load_study
 from workflow_scripts.analysis.summarize import (MEASURED, improvement_values, latency_quantiles,
                                                  summarize_external, summarize_measured)

@@ -35,8 +35,8 @@ import pandas as pd
 import uvloop
 from tqdm import tqdm
 
+from workflow_scripts.analysis.study_config import is_calibration
 from workflow_scripts.io import atomic_write_text
-from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.client.cache import CellCache, cell_metrics, runtime_key
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell_async, sampling_params, seed_base
 from workflow_scripts.client.cohorts import MANIFEST

@@ -12,11 +12,10 @@ import numpy as np
 import pandas as pd
 
 from workflow_scripts.analysis.acceptance import Histograms, position_counts
-from workflow_scripts.analysis.calibration import is_calibration
 from workflow_scripts.analysis.cost_model.speculation import geometric_alpha
 from workflow_scripts.analysis.forward_time import attach
 from workflow_scripts.analysis.improvement import improvements
-from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
 from workflow_scripts.analysis.summarize import MEASURED, improvement_values
 
 STEPS_KEYS = ("speculative_num_steps", "speculative_num_draft_tokens")

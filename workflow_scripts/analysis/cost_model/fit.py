@@ -120,6 +120,14 @@ def step_shape(profile: pd.DataFrame | None, cfg: StudyConfig, family: Sequence[
     return profile_units(profile, concurrencies)
 
 
+def observed_step_cost(cells: pd.DataFrame, prefill_ratio: float) -> pd.Series:
+    """Each cell's step cost r in plain decode steps, CostFit.speedup solved for it: the measured speedup with the
+    prefill's share (sped up by nothing, and costing ``prefill_ratio`` times the baseline's) taken out, times the
+    tokens a verify committed (E')."""
+    share = cells["prefill_share"]
+    return cells["committed_per_verify"] * (1 / cells["speedup"] - share * prefill_ratio) / (1 - share)
+
+
 def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     """Weighted least squares of r_obs on (1, u(k, C) at each C), without the 1 where a profile gives u (it holds
     the step's fixed part); cells: one workload's concurrency, steps, E', speedup, prefill_share, prefill_ratio,
@@ -130,8 +138,7 @@ def fit_costs(cells: pd.DataFrame, shape: StepShape | None = None) -> CostFit:
     measured_rho = cells["prefill_ratio"].dropna()
     prefill_ratio = float(measured_rho.median()) if len(measured_rho) else None
     gaps = {int(c): float(g.median()) for c, g in cells.dropna(subset=["gap"]).groupby("concurrency")["gap"]}
-    share, rho = cells["prefill_share"], 1.0 if prefill_ratio is None else prefill_ratio
-    r_obs = cells["committed_per_verify"] * (1 / cells["speedup"] - share * rho) / (1 - share)
+    r_obs = observed_step_cost(cells, 1.0 if prefill_ratio is None else prefill_ratio)
     cells, r_obs = cells[r_obs > 0], r_obs[r_obs > 0].to_numpy()
     u = np.array([draft_units(units, int(k), int(c)) for k, c in zip(cells["steps"], cells["concurrency"])])
     known = np.isfinite(u)  # a measured step past the profile's last has no shape to fit
