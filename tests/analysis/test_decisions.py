@@ -50,6 +50,28 @@ def test_a_4pct_lead_over_a_2pct_floor_is_a_winner(seed):
     assert result.decided
 
 
+def test_a_lead_no_round_can_show_is_out_of_reach_and_settles_the_cell():
+    """A 1% lead with rounds 6% apart: 6 rounds could show neither a real lead nor a tie within 4%, so the cell takes
+    no more rounds (undecided, not a winner); with room for 60 rounds it could, and stays open."""
+    series = {"ctrl": {0: 100.0, 1: 100.0, 2: 100.0}, "cand": {0: 107.0, 1: 95.0, 2: 101.0}}
+    rule = RaceRule(4.0, floor_pct=2.0)
+    near = race({"aggregate_tok_s": series}, "ctrl", None, rule, start=2, upto=3, max_rounds=6)
+    assert near.verdicts["aggregate_tok_s"].decision == UNDECIDED and near.verdicts["aggregate_tok_s"].out_of_reach
+    assert near.settled and not near.decided
+    far = race({"aggregate_tok_s": series}, "ctrl", None, rule, start=2, upto=3, max_rounds=60)
+    assert not far.verdicts["aggregate_tok_s"].out_of_reach and not far.settled
+    assert not race({"aggregate_tok_s": series}, "ctrl", None, rule, start=2, upto=3).settled  # no limit given
+
+
+def test_a_lead_more_rounds_can_show_stays_within_reach():
+    """A 5% lead on two rounds 2% apart: one degree of freedom leaves it undecided, 6 rounds would show it."""
+    series = {"ctrl": {0: 100.0, 1: 100.0}, "cand": {0: 106.0, 1: 104.0}}
+    result = race({"aggregate_tok_s": series}, "ctrl", None, RaceRule(4.0, floor_pct=2.0), start=2, upto=2,
+                  max_rounds=6)
+    verdict = result.verdicts["aggregate_tok_s"]
+    assert verdict.decision == UNDECIDED and not verdict.out_of_reach and not result.settled
+
+
 def test_the_same_lead_inside_the_floor_is_not_a_winner():
     data = rounds({"ctrl": 1.0, "lead": 1.04}, 6, 0, noise=0.005)
     verdict = judge(data["aggregate_tok_s"], "ctrl", ["ctrl", "lead"], RaceRule(3.0, floor_pct=5.0))

@@ -23,6 +23,19 @@ def test_geometric_mean_of_round_ratios_with_a_t_interval_on_logs():
     assert p.rounds == 3 and p.half_width_pct == pytest.approx((p.ci_high_pct - p.ci_low_pct) / 2)
 
 
+def test_a_projection_keeps_the_mean_and_spread_and_narrows_by_rounds_and_degrees_of_freedom():
+    """What 8 rounds would show were the mean and spread of these 3 what they are: t(0.975, 7) × s ÷ √8."""
+    control = np.array([100.0, 200.0, 50.0])
+    p = paired_ratio(control, control * np.array([1.10, 1.20, 1.15]))
+    assert p.projected(3) == p
+    logs = np.log([1.10, 1.20, 1.15])
+    later = p.projected(8)
+    half = 2.364624251592785 * logs.std(ddof=1) / math.sqrt(8)  # t(0.975, 7)
+    assert later.diff_pct == pytest.approx(p.diff_pct) and later.rounds == 8
+    assert later.ci_low_pct == pytest.approx((math.exp(logs.mean() - half) - 1) * 100)
+    assert math.isnan(paired_ratio(control[:1], control[:1] * 1.1).projected(8).ci_low_pct)  # no spread yet
+
+
 def test_a_round_without_a_control_value_gives_no_ratio_never_zero():
     p = paired_ratio(np.array([np.nan, 100.0, 0.0]), np.array([120.0, 110.0, 130.0]))
     assert p.rounds == 1 and p.diff_pct == pytest.approx(10.0) and math.isnan(p.ci_low_pct)

@@ -107,7 +107,7 @@ def test_racing_stops_measuring_a_setting_beaten_on_both_metrics_but_never_the_c
 def test_racing_measures_the_undecided_cell_nearest_a_decision_first():
     """A budget that ends mid-round then cuts the cell a round more cannot decide, not the one it can."""
     ledger = Ledger("ctrl", {"tight": ["ctrl", "cand"], "loose": ["ctrl", "cand"]})
-    for r, (tight, loose) in enumerate([(1.02, 0.7), (1.03, 1.4)]):
+    for r, (tight, loose) in enumerate([(1.02, 1.05), (1.03, 1.25)]):
         for cell, ratio in (("tight", tight), ("loose", loose)):
             ledger.add(cell, "ctrl", r, {"aggregate_tok_s": 100.0, "per_request_tok_s": 50.0})
             ledger.add(cell, "cand", r, {"aggregate_tok_s": 100.0 * ratio, "per_request_tok_s": 50.0 * ratio})
@@ -115,6 +115,19 @@ def test_racing_measures_the_undecided_cell_nearest_a_decision_first():
     assert ledger.half_width_pct("tight", 2) < ledger.half_width_pct("loose", 2)
     assert planner.active(2, ["loose", "tight"]) == ["tight", "loose"]
     assert planner.cell_order(2, planner.active(2, ["loose", "tight"]), "cohort") == ["tight", "loose"]
+
+
+def test_racing_gives_no_more_rounds_to_a_cell_out_of_reach_and_says_so():
+    """A 1% lead with rounds 6% apart cannot be decided by 6 rounds: the cell stops after 3, recorded, while a
+    5% lead on rounds 3% apart in another cell, undecided on 3, goes on."""
+    ledger = Ledger("ctrl", {"flat": ["ctrl", "cand"], "open": ["ctrl", "cand"]})
+    for r, (flat, open_) in enumerate([(1.07, 1.08), (0.95, 1.01), (1.01, 1.05)]):
+        for cell, ratio in (("flat", flat), ("open", open_)):
+            ledger.add(cell, "ctrl", r, {"aggregate_tok_s": 100.0, "per_request_tok_s": 50.0})
+            ledger.add(cell, "cand", r, {"aggregate_tok_s": 100.0 * ratio, "per_request_tok_s": 50.0 * ratio})
+    planner = Planner(RoundPolicy(2, 6, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
+    assert planner.active(3, ["flat", "open"]) == ["open"]
+    assert planner.out_of_reach == {"flat": 3}
 
 
 def test_racing_pools_the_spread_of_every_cell_so_two_rounds_can_decide():

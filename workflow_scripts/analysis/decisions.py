@@ -17,6 +17,12 @@ A setting beaten on both metrics at a round boundary is *eliminated* from the ce
 measure it, and it keeps the rounds it has. The control and its A/A twin are never eliminated: they carry the floor,
 and the twin is never a contender (it is the control again). A cell whose metrics are all decided gets no more
 rounds. The rule starts after `repeats` rounds; before that nothing is judged.
+
+A metric is *out of reach* when `max_repeats` rounds could not decide it were the leads and their spread what they
+are now: for some survivor neither beaten nor tied, the CIs at that many rounds (narrowed by the rounds and by the
+degrees of freedom they add) would still show neither a real lead nor a tie. A cell whose metrics are each decided
+or out of reach gets no more rounds either (a futility stop): the rounds it would take go to cells a round can
+still decide, and the study ends sooner. Its verdict stays `undecided`.
 """
 
 from __future__ import annotations
@@ -84,12 +90,24 @@ class Verdict:
     runner_up: str | None
     lead: Paired
     beaten: frozenset[str]
+    out_of_reach: bool = False  # undecided, and max_rounds could not decide it at the present leads
+
+
+def reachable(lead: Paired, tost: Paired, rule: RaceRule, max_rounds: int) -> bool:
+    """Whether `max_rounds` rounds could decide the best against one survivor, were the lead (best / other) and its
+    spread what they are now (Paired.projected): a real lead, or a shown tie. Unknown (fewer than two rounds, or no
+    spread yet): reachable."""
+    if lead.rounds < 2 or not (math.isfinite(lead.var) and math.isfinite(tost.var)):
+        return True
+    rounds = max(max_rounds, lead.rounds)
+    return rule.beaten(lead.projected(rounds)) or rule.equivalent(tost.projected(rounds))
 
 
 def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, before: int | None = None,
-          prior: VariancePrior | None = None) -> Verdict:
+          prior: VariancePrior | None = None, max_rounds: int | None = None) -> Verdict:
     """The verdict of one metric over the survivors (the control among them), from the rounds before `before`,
-    every CI pooled with `prior` (paired.VariancePrior)."""
+    every CI pooled with `prior` (paired.VariancePrior); undecided and given `max_rounds`, whether it is out of
+    reach (module doc)."""
     def score(member: str) -> float:
         diff = 0.0 if member == control else pair(series, control, member, before).diff_pct
         return diff if math.isfinite(diff) else -math.inf
@@ -100,13 +118,17 @@ def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, be
     best, others = ranked[0], ranked[1:]
     leads = {o: pair(series, o, best, before, prior=prior) for o in others}
     beaten = frozenset(o for o in others if rule.beaten(leads[o]))
-    tied = [o for o in others if o not in beaten and rule.equivalent(pair(series, o, best, before, TOST_CI, prior))]
+    tosts = {o: pair(series, o, best, before, TOST_CI, prior) for o in others if o not in beaten}
+    tied = [o for o, tost in tosts.items() if rule.equivalent(tost)]
+    out_of_reach = False
     if len(beaten) + len(tied) < len(others) or any(leads[o].rounds < 2 for o in others):
         decision = UNDECIDED
+        out_of_reach = max_rounds is not None and any(
+            not reachable(leads[o], tost, rule, max_rounds) for o, tost in tosts.items() if o not in tied)
     else:
         decision = EQUIVALENT if tied else WINNER
     runner = others[0] if others else None
-    return Verdict(decision, best, runner, leads[runner] if runner else NO_PAIRS, beaten)
+    return Verdict(decision, best, runner, leads[runner] if runner else NO_PAIRS, beaten, out_of_reach)
 
 
 @dataclass
@@ -120,6 +142,11 @@ class Race:
     def decided(self) -> bool:
         return bool(self.verdicts) and all(v.decision != UNDECIDED for v in self.verdicts.values())
 
+    @property
+    def settled(self) -> bool:
+        """No round more is worth it: every metric decided or out of reach."""
+        return bool(self.verdicts) and all(v.decision != UNDECIDED or v.out_of_reach for v in self.verdicts.values())
+
     def eliminated_text(self, before: int) -> str:
         """`setting@round;...` in the order they went, of the eliminations before round `before`."""
         gone = sorted((r, m) for m, r in self.eliminated.items() if r < before)
@@ -127,18 +154,20 @@ class Race:
 
 
 def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceRule, start: int,
-         upto: int, priors: Priors | None = None, bystanders: Collection[str] = ()) -> Race:
+         upto: int, priors: Priors | None = None, bystanders: Collection[str] = (),
+         max_rounds: int | None = None) -> Race:
     """Replay the race of one cell: at each round boundary r in [start, upto], judged on the rounds before r,
     eliminate what is beaten on every metric from round r on; the verdicts are those at `upto`, before its own
     eliminations. Deterministic in the data, so a resumed benchmark job and the tables reach the same ones.
     `priors` (per metric) pool the CIs' spread; the benchmark's round loop fits them on the rounds before `upto`.
     `bystanders` are measured every round but never race: fixed-acceptance calibration settings, which no deployment
-    can run."""
+    can run. With `max_rounds`, the verdicts at `upto` say which undecided metrics are out of reach."""
     members = sorted({m for series in metrics.values() for m in series} - {twin} - set(bystanders))
     out = Race()
     for boundary in range(min(max(start, 2), upto), upto + 1):
         survivors = [m for m in members if m not in out.eliminated]
-        verdicts = {metric: judge(series, control, survivors, rule, boundary, (priors or {}).get(metric))
+        verdicts = {metric: judge(series, control, survivors, rule, boundary, (priors or {}).get(metric),
+                                  max_rounds if boundary == upto else None)
                     for metric, series in metrics.items()}
         if boundary == upto:
             out.verdicts = verdicts

@@ -47,11 +47,21 @@ class Paired:
     ci_low_pct: float
     ci_high_pct: float
     rounds: int
+    ci: float = CI_LEVEL
+    var: float = math.nan  # the (pooled) variance of a round's log ratio the CI rests on
+    df: float = math.nan  # and its degrees of freedom
 
     @property
     def half_width_pct(self) -> float:
         """Half the CI width, in percent of the control: the precision reached."""
         return (self.ci_high_pct - self.ci_low_pct) / 2
+
+    def projected(self, rounds: int) -> Paired:
+        """The same comparison after `rounds` rounds, were its mean and spread what they are now: the CI narrowed by
+        the rounds and by the degrees of freedom they add (what a round more can buy; NaN CI without a spread)."""
+        if not (math.isfinite(self.var) and math.isfinite(self.diff_pct)) or rounds < 1:
+            return Paired(self.diff_pct, math.nan, math.nan, rounds, self.ci)
+        return _interval(math.log1p(self.diff_pct / 100), self.var, self.df + rounds - self.rounds, rounds, self.ci)
 
 
 NO_PAIRS = Paired(math.nan, math.nan, math.nan, 0)
@@ -111,9 +121,14 @@ def paired_ratio(control: np.ndarray, candidate: np.ndarray, ci: float = CI_LEVE
     var, df = float(logs.var(ddof=1)), n - 1
     if prior is not None:
         var, df = prior.moderate(var, df)
+    return _interval(float(logs.mean()), var, df, n, ci)
+
+
+def _interval(mean_log: float, var: float, df: float, n: int, ci: float) -> Paired:
+    """The t interval of a mean log ratio over n rounds, exponentiated to percent."""
     half = float(stats.t.ppf((1 + ci) / 2, df) * math.sqrt(var / n))
-    low, high = (math.expm1(float(logs.mean()) + sign * half) * 100 for sign in (-1, 1))
-    return Paired(point, low, high, n)
+    low, high = (math.expm1(mean_log + sign * half) * 100 for sign in (-1, 1))
+    return Paired(math.expm1(mean_log) * 100, low, high, n, ci, var, df)
 
 
 def noise_floor_pct(aa_diffs_pct: np.ndarray) -> float:

@@ -13,7 +13,8 @@
 
 After `repeats` rounds (the minimum), up to `max_repeats`, the allocation says what a round measures:
 - racing (analysis/decisions.py): a round measures only the members still in the cell's race (a member beaten for
-  real on both metrics is eliminated; the control and its twin never are), a decided cell gets no more rounds, and
+  real on both metrics is eliminated; the control and its twin never are), a cell decided or out of reach of
+  `max_repeats` rounds gets no more rounds, and
   the cells of a round go narrowest CI first, so a time budget that runs out mid-round cuts the cells furthest
   from a decision, not those one round away from it;
 - even: every member in every round while the widest paired CI of the cell's comparisons (every member against
@@ -29,6 +30,7 @@ sliced cell's turns follow an order shuffled per cell and round, so no member is
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 import time
@@ -44,6 +46,7 @@ from workflow_scripts.analysis.paired import VariancePrior, noise_floor_pct, rou
 from workflow_scripts.client.cohorts import twin_name
 
 METRICS = ("aggregate_tok_s", "per_request_tok_s")
+log = logging.getLogger(__name__)
 
 
 def seeded_order(items: list[str], *seed: object) -> list[str]:
@@ -201,6 +204,7 @@ class Planner:
     ledger: Ledger
     started: float = field(default_factory=time.monotonic)
     budget_hit: bool = False
+    out_of_reach: dict[str, int] = field(default_factory=dict)  # racing: cell -> the round it was not given
 
     @property
     def racing(self) -> bool:
@@ -212,7 +216,8 @@ class Planner:
         rule = RaceRule(self.policy.equivalence_pct, self.ledger.floor_pct(round_))
         metrics = {metric: self.ledger.series(cell, metric, round_) for metric in METRICS}
         result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_,
-                      self.ledger.priors(round_) if priors is None else priors, self.ledger.bystanders)
+                      self.ledger.priors(round_) if priors is None else priors, self.ledger.bystanders,
+                      self.policy.max_repeats)
         self.ledger.eliminated[cell] = dict(result.eliminated)
         return result
 
@@ -223,7 +228,15 @@ class Planner:
             return False
         priors = self.ledger.priors(round_) if priors is None else priors
         if self.racing:
-            return not self.race(cell, round_, priors).decided
+            result = self.race(cell, round_, priors)
+            if result.settled and not result.decided and cell not in self.out_of_reach:
+                self.out_of_reach[cell] = round_
+                leads = "; ".join(f"{metric}: {v.best} over {v.runner_up} {v.lead.diff_pct:+.1f}% "
+                                  f"±{v.lead.half_width_pct:.1f}" for metric, v in result.verdicts.items()
+                                  if v.out_of_reach)
+                log.info("cell %s: out of reach of %d rounds after %d (%s); no more rounds", cell,
+                         self.policy.max_repeats, round_, leads)
+            return not result.settled
         return self.ledger.half_width_pct(cell, round_, priors) > self.policy.precision_pct
 
     def active(self, round_: int, cells: list[str]) -> list[str]:

@@ -236,7 +236,8 @@ class Cohort:
                           "rounds": len(self.ledger.complete_rounds(key)),
                           "half_width_pct": half if half != float("inf") else None,
                           "precision_met": half <= policy.precision_pct,
-                          "eliminated": self.ledger.eliminated.get(key, {})})
+                          "eliminated": self.ledger.eliminated.get(key, {}),
+                          "out_of_reach_round": self.planner.out_of_reach.get(key)})
         return {"cohort": self.id, "control": self.control, "members": list(self.plan["members"]),
                 "schedule": schedule, "schedule_configured": self.plan["schedule"],
                 "precision_pct": policy.precision_pct, "repeats": policy.repeats, "max_repeats": policy.max_repeats,
