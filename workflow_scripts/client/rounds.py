@@ -14,9 +14,8 @@
 After `repeats` rounds (the minimum), up to `max_repeats`, the allocation says what a round measures:
 - racing (analysis/decisions.py): a round measures only the members still in the cell's race (a member beaten for
   real on both metrics is eliminated; the control and its twin never are), a cell decided or out of reach of
-  `max_repeats` rounds gets no more rounds, and
-  the cells of a round go narrowest CI first, so a time budget that runs out mid-round cuts the cells furthest
-  from a decision, not those one round away from it;
+  `max_repeats` rounds gets no more rounds, and the cells of a round go narrowest CI first, so a time budget that
+  runs out mid-round cuts the cells furthest from a decision, not those one round away from it;
 - even: every member in every round while the widest paired CI of the cell's comparisons (every member against
   the control, both throughput metrics) is wider than +-`precision_pct`.
 A time budget, when set, stops new rounds beyond the minimum once spent: the first `repeats` rounds always run, so
