@@ -36,6 +36,11 @@ def test_cells_of_one_round_count_as_having_no_ci_not_as_excluding_0():
                               "rounds": [2, 1], "half_width_pct": [12.5, nan], "precision_met": [False, False]})
     meta = {"cohort": "c", "members": ["baseline"], "schedule": "sliced", "schedule_configured": "auto",
             "repeats": 3, "max_repeats": 8, "precision_pct": 3, "time_budget_min": 15, "budget_hit": True,
-            "measuring_s": 900, "member_s": {"baseline": 900}, "mem_bandwidth_gbs": 11.0}
-    missed = design_lines([meta], precision)[1]
-    assert "synthetic C=1 ±12.5%, synthetic C=4 one round, no CI" in missed and "nan" not in missed
+            "measuring_s": 900, "member_s": {"baseline": 900}, "mem_bandwidth_gbs": 11.0,
+            "cells": [{"workload": "synthetic", "concurrency": 1}, {"workload": "synthetic", "concurrency": 4}]}
+    lines = design_lines([meta], precision)
+    assert "synthetic C=1 ±12.5%, synthetic C=4 one round, no CI" in lines[1] and "nan" not in lines[1]
+    assert not any("Out of reach" in line for line in lines)
+    meta["cells"][0]["out_of_reach_round"] = 2  # racing stopped it: no round could decide it
+    assert "Out of reach of 8 rounds at their leads and spread, so given no more (docs/racing.md): synthetic C=1 " \
+           "after 2." in design_lines([meta], precision)[2]

@@ -62,6 +62,11 @@ def design_lines(metas: list[dict], precision: pd.DataFrame) -> list[str]:
                               + (f"±{r.half_width_pct:.1f}%" if np.isfinite(r.half_width_pct) else "one round, no CI")
                               for r in missed.sort_values("half_width_pct", ascending=False).itertuples())
             lines.append(f"  - Not at the target (widest CI half-width reached): {worst}.")
+        if stopped := [c for c in meta["cells"] if c.get("out_of_reach_round") is not None]:
+            lines.append(f"  - Out of reach of {meta['max_repeats']} rounds at their leads and spread, so given no "
+                         "more (docs/racing.md): " + ", ".join(
+                             f"{c['workload']} C={c['concurrency']} after {c['out_of_reach_round']}"
+                             for c in stopped) + ".")
         per_member = ", ".join(f"`{m}` {s / 60:.1f}" for m, s in meta["member_s"].items())
         lines.append(f"  - Measuring took {meta['measuring_s'] / 60:.1f} min (per setting, min: {per_member}) on a "
                      f"machine streaming {meta['mem_bandwidth_gbs']:.1f} GB/s from memory (one thread).")
