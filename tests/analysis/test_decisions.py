@@ -3,12 +3,17 @@ per-setting noise of sd 1% on top, as paired rounds on a shared machine look."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.analysis.decisions import (DECISION_COLUMNS, EQUIVALENT, UNDECIDED, WINNER, RaceRule,
-                                                 decision_table, judge, race)
+from workflow_scripts.analysis.decisions import (DECISION_COLUMNS, EQUIVALENT, ROUNDS_CAP, UNDECIDED, WINNER,
+                                                 RaceRule, decision_table, judge, race, rerun_lines, round_seconds,
+                                                 rounds_needed)
+from workflow_scripts.analysis.decisions import pair as paired_lead
+from workflow_scripts.analysis.paired import TOST_CI
 
 METRICS = ("aggregate_tok_s", "per_request_tok_s")
 
@@ -118,3 +123,62 @@ def test_the_decision_table_replays_the_race_on_the_rounds_of_each_cell():
     assert (table.decision == WINNER).all() and (table.best == "fast").all() and (table.runner_up == "ctrl").all()
     assert (table.rounds == 6).all() and table.eliminated.iloc[0] in ("slow@2", "slow@3")
     assert (table.ci_low_pct > 2.0).all()
+
+
+def test_rounds_needed_is_the_first_round_count_whose_projected_ci_decides():
+    """A 1% lead on rounds 6% apart (the out-of-reach case above): the count rounds_needed names decides when
+    projected, the one before it does not; beyond the cap it is inf, and one round tells nothing."""
+    series = {"ctrl": {0: 100.0, 1: 100.0, 2: 100.0}, "cand": {0: 107.0, 1: 95.0, 2: 101.0}}
+    rule = RaceRule(4.0, floor_pct=2.0)
+    lead, tost = paired_lead(series, "ctrl", "cand"), paired_lead(series, "ctrl", "cand", ci=TOST_CI)
+
+    def decides(n: int) -> bool:
+        return rule.beaten(lead.projected(n)) or rule.equivalent(tost.projected(n))
+
+    n = rounds_needed(lead, tost, rule)
+    assert 6 < n <= 60 and decides(int(n)) and not decides(int(n) - 1)
+    assert rounds_needed(lead, tost, rule, cap=int(n) - 1) == math.inf
+    one = paired_lead({"ctrl": {0: 100.0}, "cand": {0: 101.0}}, "ctrl", "cand")
+    assert math.isnan(rounds_needed(one, one, rule))
+    verdict = race({"aggregate_tok_s": series}, "ctrl", None, rule, start=2, upto=3, max_rounds=8)
+    assert verdict.verdicts["aggregate_tok_s"].rounds_needed == n
+
+
+def test_a_lead_on_the_margin_needs_more_rounds_than_any_cap():
+    """A steady 4.5% lead, between a 4% equivalence margin and a 5% floor: never real, never a tie."""
+    series = {"ctrl": {r: 100.0 for r in range(4)}, "cand": {0: 104.0, 1: 105.0, 2: 104.5, 3: 104.5}}
+    verdict = race({"aggregate_tok_s": series}, "ctrl", None, RaceRule(4.0, floor_pct=5.0), start=2, upto=4,
+                   max_rounds=8).verdicts["aggregate_tok_s"]
+    assert verdict.decision == UNDECIDED and verdict.out_of_reach and verdict.rounds_needed == math.inf
+
+
+def test_round_seconds_spans_the_last_round_of_each_cell():
+    """Sliced members share one span (the longest cell); members one after another add up; older rounds and
+    cohorts sorting first do not count."""
+    rows = [("w", 4, "c", 0, "a", 0.0, 99.0), ("w", 4, "c", 1, "a", 100.0, 30.0), ("w", 4, "c", 1, "b", 100.0, 40.0),
+            ("w", 16, "c", 1, "a", 200.0, 30.0), ("w", 16, "c", 1, "b", 230.0, 20.0)]
+    requests = pd.DataFrame(rows, columns=["workload", "concurrency", "cohort", "repeat", "setting", "cell_start_ts",
+                                           "cell_wall_s"])
+    assert round_seconds(requests) == {("w", 4): 40.0, ("w", 16): 50.0}
+    assert round_seconds(requests.drop(columns="cell_wall_s")) == {}
+
+
+def test_rerun_lines_count_the_rounds_and_minutes_each_undecided_metric_needs():
+    base = {"workload": "w", "best": "a", "runner_up": "b", "lead_pct": 1.0, "ci_low_pct": -3.0, "ci_high_pct": 5.0,
+            "rounds": 2, "eliminated": ""}
+    rows = [{**base, "concurrency": 4, "metric": "aggregate_tok_s", "decision": UNDECIDED, "rounds_needed": 5.0,
+             "round_s": 60.0},
+            {**base, "concurrency": 4, "metric": "per_request_tok_s", "decision": UNDECIDED, "rounds_needed": 4.0,
+             "round_s": 60.0},
+            {**base, "concurrency": 16, "metric": "aggregate_tok_s", "decision": UNDECIDED, "rounds_needed": 20.0,
+             "round_s": 30.0},
+            {**base, "concurrency": 16, "metric": "per_request_tok_s", "decision": UNDECIDED,
+             "rounds_needed": math.inf, "round_s": 30.0},
+            {**base, "concurrency": 64, "metric": "aggregate_tok_s", "decision": WINNER, "rounds_needed": math.nan,
+             "round_s": 90.0}]
+    [line] = rerun_lines(pd.DataFrame(rows, columns=DECISION_COLUMNS), max_rounds=8)
+    # C=4: 3 more rounds of 60 s; C=16: 18 more of 30 s
+    assert "2 of the 4 undecided cells × metrics would be decided within `benchmark.max_repeats` (8 rounds)" in line
+    assert "about 3 min more" in line and "1 by 20 rounds (12 min for all 3)" in line
+    assert f"1 by no number up to {ROUNDS_CAP}" in line
+    assert rerun_lines(pd.DataFrame([rows[-1]], columns=DECISION_COLUMNS), max_rounds=8) == []

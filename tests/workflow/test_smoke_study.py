@@ -164,8 +164,12 @@ def test_decisions_open_the_summary_and_the_launch_order_is_recorded(study):
     decisions = pd.read_csv(res / "tables" / "decisions.csv", keep_default_na=False)
     assert list(decisions.columns) == DECISION_COLUMNS == [
         "workload", "concurrency", "metric", "decision", "best", "runner_up", "lead_pct", "ci_low_pct",
-        "ci_high_pct", "rounds", "eliminated"]
+        "ci_high_pct", "rounds", "eliminated", "rounds_needed", "round_s"]
     assert len(decisions) == CELLS * 2 and set(decisions.decision) <= {"winner", "equivalent", "undecided"}
+    needed = pd.to_numeric(decisions.rounds_needed, errors="coerce")
+    assert needed[decisions.decision != "undecided"].isna().all()
+    assert (needed[decisions.decision == "undecided"].dropna() > decisions.rounds).all()
+    assert (pd.to_numeric(decisions.round_s) > 0).all()  # every member's cell of the last round, in seconds
     assert (decisions.rounds == SMOKE["benchmark"]["repeats"]).all()
     assert set(decisions.best) <= set(SMOKE["settings"]) and TWIN not in set(decisions.runner_up)
     assert decisions.eliminated.str.fullmatch(r"([A-Za-z0-9_]+@\d+(;[A-Za-z0-9_]+@\d+)*)?").all()
@@ -175,6 +179,7 @@ def test_decisions_open_the_summary_and_the_launch_order_is_recorded(study):
     decided = int((decisions[decisions.metric == "aggregate_tok_s"].decision != "undecided").sum())
     assert f"aggregate tok/s: {decided} of {CELLS} cells decided" in block
     assert "A/A twin ran faster than the control in" in block
+    assert ("To decide the rest" in block) == (decisions.decision == "undecided").any()
     (meta,) = [json.loads(path.read_text()) for path in (res / "benchmark").glob("*.json")]
     assert meta["allocation"] == "racing" and meta["seed"] == SMOKE_VALIDATED["benchmark"]["seed"]
     order = launch_order(meta["members"], meta["seed"], meta["cohort"])

@@ -23,6 +23,11 @@ are now: for some survivor neither beaten nor tied, the CIs at that many rounds 
 degrees of freedom they add) would still show neither a real lead nor a tie. A cell whose metrics are each decided
 or out of reach gets no more rounds either (a futility stop): the rounds it would take go to cells a round can
 still decide, and the study ends sooner. Its verdict stays `undecided`.
+
+The same projection says what an undecided metric would cost to decide (`rounds_needed` in tables/decisions.csv):
+the fewest rounds at which, at the present leads and spread, every survivor would be beaten or shown tied; inf
+beyond ROUNDS_CAP (a lead that sits on a margin: about the noise floor, or about the equivalence margin), NaN
+while unknown (a comparison with fewer than two rounds). The summary turns it into the budget of a rerun.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ from workflow_scripts.analysis.paired import (EQUIVALENT, NO_PAIRS, TOST_CI, Pai
 
 WINNER, UNDECIDED = "winner", "undecided"
 DECISION_COLUMNS = ["workload", "concurrency", "metric", "decision", "best", "runner_up", "lead_pct", "ci_low_pct",
-                    "ci_high_pct", "rounds", "eliminated"]
+                    "ci_high_pct", "rounds", "eliminated", "rounds_needed", "round_s"]
+ROUNDS_CAP = 64  # rounds_needed looks no further: a lead this hard to tell from a margin is not worth a budget
 
 # one metric of one cell: member -> round -> value
 Series = dict[str, dict[int, float]]
@@ -91,23 +97,36 @@ class Verdict:
     lead: Paired
     beaten: frozenset[str]
     out_of_reach: bool = False  # undecided, and max_rounds could not decide it at the present leads
+    rounds_needed: float = math.nan  # undecided: the rounds that would decide it at the present leads (module doc)
 
 
-def reachable(lead: Paired, tost: Paired, rule: RaceRule, max_rounds: int) -> bool:
-    """Whether `max_rounds` rounds could decide the best against one survivor, were the lead (best / other) and its
-    spread what they are now (Paired.projected): a real lead, or a shown tie. Unknown (fewer than two rounds, or no
-    spread yet): reachable."""
+def rounds_needed(lead: Paired, tost: Paired, rule: RaceRule, cap: int = ROUNDS_CAP) -> float:
+    """The fewest rounds (at least those measured) at which the best would be decided against one survivor, were
+    the lead (best / other) and its spread what they are now (Paired.projected): a real lead, or a shown tie. inf
+    beyond `cap`; NaN while unknown (fewer than two rounds, or no spread yet). A projected CI only narrows as rounds
+    are added, so the first round that decides is found by bisection."""
     if lead.rounds < 2 or not (math.isfinite(lead.var) and math.isfinite(tost.var)):
-        return True
-    rounds = max(max_rounds, lead.rounds)
-    return rule.beaten(lead.projected(rounds)) or rule.equivalent(tost.projected(rounds))
+        return math.nan
+
+    def decides(rounds: int) -> bool:
+        return rule.beaten(lead.projected(rounds)) or rule.equivalent(tost.projected(rounds))
+
+    low, high = lead.rounds, max(cap, lead.rounds)
+    if decides(low):
+        return float(low)
+    if not decides(high):
+        return math.inf
+    while high - low > 1:  # decides(high) and not decides(low)
+        mid = (low + high) // 2
+        low, high = (low, mid) if decides(mid) else (mid, high)
+    return float(high)
 
 
 def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, before: int | None = None,
           prior: VariancePrior | None = None, max_rounds: int | None = None) -> Verdict:
     """The verdict of one metric over the survivors (the control among them), from the rounds before `before`,
     every CI pooled with `prior` (paired.VariancePrior); undecided and given `max_rounds`, whether it is out of
-    reach (module doc)."""
+    reach and the rounds it needs (module doc)."""
     def score(member: str) -> float:
         diff = 0.0 if member == control else pair(series, control, member, before).diff_pct
         return diff if math.isfinite(diff) else -math.inf
@@ -120,15 +139,18 @@ def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, be
     beaten = frozenset(o for o in others if rule.beaten(leads[o]))
     tosts = {o: pair(series, o, best, before, TOST_CI, prior) for o in others if o not in beaten}
     tied = [o for o, tost in tosts.items() if rule.equivalent(tost)]
-    out_of_reach = False
+    out_of_reach, needed = False, math.nan
     if len(beaten) + len(tied) < len(others) or any(leads[o].rounds < 2 for o in others):
         decision = UNDECIDED
-        out_of_reach = max_rounds is not None and any(
-            not reachable(leads[o], tost, rule, max_rounds) for o, tost in tosts.items() if o not in tied)
+        if max_rounds is not None:
+            needs = [rounds_needed(leads[o], tost, rule, max(ROUNDS_CAP, max_rounds))
+                     for o, tost in tosts.items() if o not in tied]
+            out_of_reach = any(n > max_rounds for n in needs)  # NaN (unknown): within reach
+            needed = max(needs) if needs and not any(math.isnan(n) for n in needs) else math.nan
     else:
         decision = EQUIVALENT if tied else WINNER
     runner = others[0] if others else None
-    return Verdict(decision, best, runner, leads[runner] if runner else NO_PAIRS, beaten, out_of_reach)
+    return Verdict(decision, best, runner, leads[runner] if runner else NO_PAIRS, beaten, out_of_reach, needed)
 
 
 @dataclass
@@ -188,23 +210,45 @@ def cell_series(cell: pd.DataFrame) -> tuple[dict[str, Series], int]:
     return series, len(keys)
 
 
+def round_seconds(requests: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """(workload, concurrency) -> the wall seconds of the cell's last round over all its members (the A/A twin's
+    too): from the first member's start to the last one's end, or the sum of their cells where that is shorter
+    (a blocked design measures other cells between them). Records without cell timing give none."""
+    if not {"cell_start_ts", "cell_wall_s"} <= set(requests.columns):
+        return {}
+    keys = ["workload", "concurrency", "cohort", "repeat"]
+    timing = requests.groupby([*keys, "setting"])[["cell_start_ts", "cell_wall_s"]].first().dropna().reset_index()
+    out = {}
+    for (workload, concurrency), cell in timing.groupby(["workload", "concurrency"]):
+        last = cell[(cell["cohort"] == cell["cohort"].max())]
+        last = last[last["repeat"] == last["repeat"].max()]
+        span = float((last["cell_start_ts"] + last["cell_wall_s"]).max() - last["cell_start_ts"].min())
+        out[(str(workload), int(concurrency))] = min(span, float(last["cell_wall_s"].sum()))
+    return out
+
+
 def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: RaceRule, start: int,
-                   priors: Priors | None = None, bystanders: Collection[str] = ()) -> pd.DataFrame:
-    """tables/decisions.csv: the race of every measured cell replayed on its rounds, one row per metric.
+                   priors: Priors | None = None, bystanders: Collection[str] = (), max_rounds: int | None = None,
+                   round_s: dict[tuple[str, int], float] | None = None) -> pd.DataFrame:
+    """tables/decisions.csv: the race of every measured cell replayed on its rounds, one row per metric, with the
+    rounds an undecided metric needs (module doc; out of reach beyond `max_rounds`) and the seconds its cell's last
+    round took (`round_s`: round_seconds).
 
     ``values`` has one row per setting and round (columns setting, workload, concurrency, cohort, repeat and the
     metrics, as analysis/summarize.improvement_values gives), its rounds counted as cell_series counts them."""
     rows = []
     for (workload, concurrency), cell in values.groupby(["workload", "concurrency"], sort=True):
         series, n_rounds = cell_series(cell)
-        result = race(series, control, twin, rule, start, n_rounds, priors, bystanders)
+        result = race(series, control, twin, rule, start, n_rounds, priors, bystanders,
+                      ROUNDS_CAP if max_rounds is None else max_rounds)
         for metric in METRICS:
             v = result.verdicts[metric]
             rows.append({"workload": workload, "concurrency": int(concurrency), "metric": metric,
                          "decision": v.decision, "best": v.best or "", "runner_up": v.runner_up or "",
                          "lead_pct": v.lead.diff_pct, "ci_low_pct": v.lead.ci_low_pct,
                          "ci_high_pct": v.lead.ci_high_pct, "rounds": n_rounds,
-                         "eliminated": result.eliminated_text(n_rounds)})
+                         "eliminated": result.eliminated_text(n_rounds), "rounds_needed": v.rounds_needed,
+                         "round_s": (round_s or {}).get((str(workload), int(concurrency)), math.nan)})
     return pd.DataFrame(rows, columns=DECISION_COLUMNS)
 
 
@@ -216,10 +260,11 @@ def twin_faster_share(aa: pd.DataFrame) -> float:
     return float((diffs > 0).mean()) if len(diffs) else math.nan
 
 
-def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFrame) -> list[str]:
-    """The summary's opening block: cells decided of the total per metric, the rounds, eliminations and measured
-    requests of each cell (``cells``: tables/cells.csv; a time-boxed cell completes as many as its time allows),
-    and how often the A/A twin ran faster (far from one half: the instances' offset, or a bias)."""
+def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFrame, max_rounds: int) -> list[str]:
+    """The summary's opening block: cells decided of the total per metric, what deciding the rest would cost
+    (rerun_lines), the rounds, eliminations and measured requests of each cell (``cells``: tables/cells.csv; a
+    time-boxed cell completes as many as its time allows), and how often the A/A twin ran faster (far from one
+    half: the instances' offset, or a bias)."""
     if decisions.empty:
         return ["## Decisions", "", "No cell was measured.", ""]
     lines = ["## Decisions", ""]
@@ -236,6 +281,7 @@ def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFram
                      "launch and turn order are shuffled from `benchmark.seed`, and the servers start again in "
                      "the reverse order after the first round (`counterbalance_launches`), so a pair of rounds "
                      "averages the positions out; the noise floor bounds what is left.")
+    lines += rerun_lines(decisions, max_rounds)
     rows = []
     for (workload, conc), cell in decisions.groupby(["workload", "concurrency"], sort=True):
         by_metric = {r.metric: r for r in cell.itertuples()}
@@ -248,9 +294,48 @@ def decision_lines(decisions: pd.DataFrame, aa: pd.DataFrame, cells: pd.DataFram
     return [*lines, "", pd.DataFrame(rows).to_markdown(index=False), ""]
 
 
+def rerun_lines(decisions: pd.DataFrame, max_rounds: int) -> list[str]:
+    """What deciding the undecided metrics would cost: the rounds each needs at its present leads and spread
+    (`rounds_needed`), within `max_rounds` (benchmark.max_repeats) or beyond, and the minutes of measuring those
+    rounds take at the time each cell's last round took; a rerun adds them to the rounds it keeps. None when
+    nothing is undecided."""
+    open_ = decisions[decisions["decision"] == UNDECIDED]
+    if open_.empty or "rounds_needed" not in open_.columns:
+        return []
+    needed = pd.to_numeric(open_["rounds_needed"], errors="coerce")
+    soon, later = open_[needed <= max_rounds], open_[(needed > max_rounds) & np.isfinite(needed)]
+    parts = [f"{len(soon)} of the {len(open_)} undecided cells × metrics would be decided within "
+             f"`benchmark.max_repeats` ({max_rounds} rounds)"
+             + (f", about {m:.0f} min more measuring" if len(soon) and math.isfinite(m := _minutes(soon)) else "")]
+    if len(later):
+        low, high = int(later["rounds_needed"].min()), int(later["rounds_needed"].max())
+        parts.append(f"{len(later)} by {low if low == high else f'{low}–{high}'} rounds" + (f" ({m:.0f} min for all {len(soon) + len(later)})"
+                                 if math.isfinite(m := _minutes(pd.concat([soon, later]))) else ""))
+    if beyond := int(np.isinf(needed).sum()):
+        parts.append(f"{beyond} by no number up to {ROUNDS_CAP} (a lead about the size of the noise floor or of the "
+                     "equivalence margin)")
+    return [f"- **To decide the rest**: at their present leads and spread, {'; '.join(parts)}. The minutes take "
+            "each cell's last round as its cost; a rerun keeps every round measured and adds to them: raise "
+            "`benchmark.time_budget_min` (and `max_repeats`), then run `snakemake --cores 4 --forcerun benchmark`."]
+
+
+def _minutes(rows: pd.DataFrame) -> float:
+    """Minutes of measuring that bring each cell of `rows` to the most rounds one of its metrics needs."""
+    per_cell = rows.groupby(["workload", "concurrency"]).agg(
+        need=("rounds_needed", "max"), have=("rounds", "max"), round_s=("round_s", "first"))
+    extra_s = (per_cell["need"] - per_cell["have"]).clip(lower=0) * per_cell["round_s"]
+    return float(extra_s.sum()) / 60 if extra_s.notna().all() else math.nan
+
+
 def _decision_text(row) -> str:
-    """`winner steps2 (+6% [+3%, +9%] over steps1)`, `equivalent: steps1 ≡ steps2`, or `undecided`."""
+    """`winner steps2 (+6% [+3%, +9%] over steps1)`, `equivalent: steps1 ≡ steps2`, or `undecided (~12 rounds)`
+    (the rounds it needs, where known)."""
     if row.decision == UNDECIDED:
+        needed = getattr(row, "rounds_needed", math.nan)
+        if isinstance(needed, (int, float)) and math.isinf(needed):
+            return f"{UNDECIDED} (> {ROUNDS_CAP} rounds)"
+        if isinstance(needed, (int, float)) and math.isfinite(needed):
+            return f"{UNDECIDED} (~{int(needed)} rounds)"
         return UNDECIDED
     if row.decision == EQUIVALENT:
         return f"equivalent: {row.best} ≡ {row.runner_up}"

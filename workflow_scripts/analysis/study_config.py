@@ -38,6 +38,7 @@ class StudyConfig:
     precision_pct: float = 3.0
     equivalence_pct: float = 4.0  # the margin of the `equivalent` verdict (benchmark.equivalence_pct)
     repeats: int = 3  # the rounds before the race judges anything (benchmark.repeats)
+    max_repeats: int = 8  # the most rounds a cell gets: beyond them a metric is out of reach (benchmark.max_repeats)
     predict_max_steps: int = 6  # the cost model predicts steps 1..this (analysis/cost_model/)
 
     @classmethod
@@ -62,6 +63,7 @@ class StudyConfig:
             precision_pct=float(bench.get("precision_pct", 3.0)),
             equivalence_pct=float(bench.get("equivalence_pct", 4.0)),
             repeats=int(bench.get("repeats", 3)),
+            max_repeats=int(bench.get("max_repeats", 8)),
             predict_max_steps=int(analysis.get("predict_max_steps", 6)),
         )
         out._validate()

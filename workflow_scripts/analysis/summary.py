@@ -158,7 +158,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
     })) if len(gap_rows) else ""
     parts = [
         f"# Study `{study}`: speculative decoding against `{cfg.baseline}`", "",
-        *decision_lines(_read(tables_dir, "decisions"), aa, _read(tables_dir, "cells")),
+        *decision_lines(_read(tables_dir, "decisions"), aa, _read(tables_dir, "cells"), cfg.max_repeats),
         *adaptive_lines(_read(tables_dir, "adaptive")),
         "Throughput is the median over rounds. Every comparison pairs cells measured in the same round (a round "
         "measures one cell on every setting); brackets give the 95% CI of the geometric-mean ratio over rounds "

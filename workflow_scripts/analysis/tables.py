@@ -26,7 +26,7 @@ from tqdm import tqdm
 from workflow_scripts.analysis import launch_position
 from workflow_scripts.analysis.adaptive_check import adaptive_table
 from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
-from workflow_scripts.analysis.decisions import RaceRule, decision_table
+from workflow_scripts.analysis.decisions import RaceRule, decision_table, round_seconds
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
 from workflow_scripts.analysis.improvement import METRICS, article_table, improvements, to_markdown, variance_priors
 from workflow_scripts.analysis.lossless import lossless_table
@@ -168,7 +168,8 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         improvement = improvements(values(cells, external), cfg.comparisons(), floor_pct, cfg.equivalence_pct,
                                    priors)
         rule = RaceRule(cfg.equivalence_pct, floor_pct)
-        decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors, calibration)
+        decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors, calibration,
+                                   cfg.max_repeats, round_seconds(study.requests))
         adaptive = adaptive_table(values(cells), cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()
