@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from workflow_scripts.analysis.recommend import RECOMMENDATION_COLUMNS
-from workflow_scripts.analysis.schedule import bands_problem, band_ranges, main, step_schedule
+from workflow_scripts.analysis.schedule import band_ranges, band_start, bands_problem, main, step_schedule
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, load_adaptive_config
 from workflow_scripts.launcher.command import ServerSpec, build_command, check_setting
@@ -47,12 +47,12 @@ RECOMMENDATION = pd.DataFrame([
 
 def test_steps_per_band_are_noise_aware():
     schedule = step_schedule(RECOMMENDATION, StudyConfig.from_dict(CONFIG), MAX_BATCH).set_index(["workload", "band"])
-    expected = {("synthetic", "low"): (1, 15, 2, "beats baseline beyond noise"),
-                ("synthetic", "mid"): (16, 31, 0, "not decided against baseline"),
-                ("synthetic", "high"): (32, 64, 0, "baseline (no speculation) scores best"),
-                ("realistic", "low"): (1, 15, 1, "tied within tolerance with steps2, fewer steps kept"),
-                ("realistic", "mid"): (16, 31, 0, "ngram is not a STANDALONE setting"),
-                ("realistic", "high"): (32, 64, 0, "no eligible setting")}
+    expected = {("synthetic", "low"): (1, 7, 2, "beats baseline beyond noise"),
+                ("synthetic", "mid"): (8, 22, 0, "not decided against baseline"),
+                ("synthetic", "high"): (23, 64, 0, "baseline (no speculation) scores best"),
+                ("realistic", "low"): (1, 7, 1, "tied within tolerance with steps2, fewer steps kept"),
+                ("realistic", "mid"): (8, 22, 0, "ngram is not a STANDALONE setting"),
+                ("realistic", "high"): (23, 64, 0, "no eligible setting")}
     for key, (lo, hi, steps, why) in expected.items():
         row = schedule.loc[key]
         assert (row["batch_from"], row["batch_to"], row["steps"]) == (lo, hi, steps)
@@ -103,7 +103,9 @@ def test_overlapping_or_unsorted_bands_name_the_key(bands, fragment):
     assert fragment in bands_problem(bands)
 
 
-def test_ranges_cover_every_batch_size_once():
-    assert band_ranges({"a": [1, 2], "b": [8], "c": [32]}, 48) == [("a", 1, 7), ("b", 8, 31), ("c", 32, 48)]
+def test_ranges_cover_every_batch_size_once_and_meet_between_the_concurrencies():
+    # a measured concurrency is never a breakpoint: a server at C=8 whose batch dips to 5-7 stays in b's steps
+    assert band_ranges({"a": [1, 2], "b": [8], "c": [32]}, 48) == [("a", 1, 3), ("b", 4, 15), ("c", 16, 48)]
     # in any key order (the rules pass the config with sorted keys); the first band from 1; none past the server's
-    assert band_ranges({"high": [32, 64], "low": [2, 4], "mid": [16]}, 20) == [("low", 1, 15), ("mid", 16, 20)]
+    assert band_ranges({"high": [32, 64], "low": [2, 4], "mid": [16]}, 20) == [("low", 1, 7), ("mid", 8, 20)]
+    assert [band_start(*pair) for pair in ((1, 4), (16, 32), (3, 4), (4, 16))] == [2, 23, 4, 8]

@@ -1,8 +1,8 @@
 """The deployable step schedule: the steps to run in each batch-size band, per workload, in three forms.
 
 The study decides a winner per concurrency band (recommend.py). A deployment needs the same verdict as batch-size
-breakpoints: band b serves batch sizes from its smallest concurrency up to the next band's smallest less one (the
-last band up to `--max-batch`). The steps of a band are its recommendation's, noise-aware:
+breakpoints: neighbouring bands meet halfway between their concurrencies on a log scale (band_ranges), the first
+from batch 1, the last up to `--max-batch`. The steps of a band are its recommendation's, noise-aware:
 - the recommendation already breaks score ties toward fewer steps;
 - a band whose pick does not beat the baseline beyond noise at every one of its concurrencies (verdict not `real`)
   keeps the baseline's steps (no speculation): an undecided band keeps the fewer-steps choice;
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -53,13 +54,24 @@ def bands_problem(bands: dict[str, list[int]]) -> str | None:
 
 
 def band_ranges(bands: dict[str, list[int]], max_batch: int) -> list[tuple[str, int, int]]:
-    """(band, first batch size, last batch size), bands in the order of their smallest concurrency: each holds until
-    the next one starts; the first serves from batch 1 (a smaller batch than any measured takes the nearest band's
-    choice, as SGLang routes it), the last up to `max_batch`, and a band starting above `max_batch` is dropped
-    (the server never runs such a batch)."""
-    starts = sorted(((concs[0], name) for name, concs in bands.items() if concs[0] <= max_batch))
-    return [(name, 1 if i == 0 else start, (starts[i + 1][0] - 1) if i + 1 < len(starts) else max_batch)
-            for i, (start, name) in enumerate(starts)]
+    """(band, first batch size, last batch size), bands in the order of their smallest concurrency. Two neighbouring
+    bands meet halfway, on a log scale, between the last concurrency of the one and the first of the next
+    (band_start): a server measured at concurrency C runs decode batches of C and, whenever a request ends and the
+    next one waits for its prefill, of a few less, so a breakpoint at C itself would serve those dips with the band
+    below, steps the study never measured at C. The first band serves from batch 1 (a smaller batch than any
+    measured takes the nearest band's choice, as SGLang routes it), the last up to `max_batch`, and a band that
+    would start above `max_batch` is dropped (the server never runs such a batch)."""
+    ordered = sorted(bands.items(), key=lambda band: band[1][0])
+    starts = [1, *(band_start(below[-1], above[0]) for (_, below), (_, above) in zip(ordered, ordered[1:]))]
+    kept = [(name, start) for (name, _), start in zip(ordered, starts) if start <= max_batch]
+    return [(name, start, kept[i + 1][1] - 1 if i + 1 < len(kept) else max_batch)
+            for i, (name, start) in enumerate(kept)]
+
+
+def band_start(below: int, above: int) -> int:
+    """The first batch size of a band whose smallest concurrency is `above`, after one whose largest is `below`:
+    the geometric mean of the two rounded up, and at least below + 1 (1 and 4 meet at 2, 16 and 32 at 23)."""
+    return max(below + 1, math.isqrt(below * above - 1) + 1)
 
 
 def scheduled_algorithm(cfg: StudyConfig) -> tuple[str, dict] | None:
