@@ -141,3 +141,20 @@ def test_lossless_falls_back_to_text_hash_without_token_ids():
     rows[-1]["text_hash"] = "different"
     table = lossless_table(add_request_metrics(frame(rows)), "baseline").set_index("setting")
     assert table.loc["steps1", "n_identical"] == 3 and table.loc["steps1", "n_compared"] == 4
+
+
+def test_scores_count_only_the_rounds_every_setting_of_the_cell_shares():
+    """Racing kept measuring steps2 after steps1 lost, on a machine 30% slower by then: over its own rounds steps2's
+    median would fall below steps1's although the two ran alike in every round they shared."""
+    rows = []
+    for r in range(6):
+        speed = 1.0 if r < 2 else 0.7
+        rows += cell("baseline", "synthetic", 1, r, n=6, tok_s=100.0 * speed)
+        rows += cell("steps2", "synthetic", 1, r, n=6, tok_s=130.0 * speed)
+        if r < 2:
+            rows += cell("steps1", "synthetic", 1, r, n=6, tok_s=120.0 * speed)
+    rec, scores = _recommend(rows, _cfg())
+    assert _pick(rec)["recommended"] == "steps2"
+    assert _pick(rec, metric="aggregate_tok_s")["recommended"] == "steps2"
+    steps2 = scores[(scores["setting"] == "steps2") & (scores["metric"] == "per_request_tok_s")].iloc[0]
+    assert steps2["median"] == pytest.approx(130.0) and steps2["n_values"] == 12  # rounds 0 and 1 only

@@ -1,6 +1,7 @@
 """The best setting per concurrency band × workload, by a rule that prefers steady speed over lucky peaks.
 
-Score at one concurrency = median − 1.4826·MAD of the setting's values there:
+Score at one concurrency = median − 1.4826·MAD of the setting's values there, from the rounds that measured every
+setting of the cell (racing's later rounds measure only the survivors, on the machine of a later hour):
 - per-request tok/s: every ok, non-warm-up request;
 - aggregate tok/s: every repeat's cell value.
 The band's score is the mean of those scores over the band's measured concurrencies (scoring per concurrency
@@ -31,13 +32,31 @@ RECOMMENDATION_COLUMNS = ["band", "workload", "metric", "concurrencies", "recomm
                           "score_vs_baseline", "verdict", "tied_with", "excluded", "note"]
 
 
+ROUND = ["workload", "concurrency", "cohort", "repeat"]
+
+
 def _values(requests: pd.DataFrame, cells: pd.DataFrame, metric: str) -> pd.DataFrame:
+    """One row per value a score counts, from the rounds every setting of its cell was measured in (shared_rounds)."""
     if metric == "per_request_tok_s":
         ok = requests[requests["ok"] & ~requests["warmup"].astype(bool)]
-        return ok[["setting", "workload", "concurrency", "per_request_tok_s"]].rename(
-            columns={"per_request_tok_s": "value"})
-    return cells[["setting", "workload", "concurrency", "aggregate_tok_s"]].rename(
-        columns={"aggregate_tok_s": "value"})
+        values = ok[["setting", *ROUND, "per_request_tok_s"]].rename(columns={"per_request_tok_s": "value"})
+    else:
+        values = cells[["setting", *ROUND, "aggregate_tok_s"]].rename(columns={"aggregate_tok_s": "value"})
+    return values.merge(shared_rounds(cells), on=ROUND)[["setting", "workload", "concurrency", "value"]]
+
+
+def shared_rounds(cells: pd.DataFrame) -> pd.DataFrame:
+    """Per cell, the rounds (cohort, repeat) that measured every one of its settings; all of its rounds where none
+    did (settings of different cohorts). Racing stops measuring what lost, so the survivors' later rounds ran on
+    the machine of a later hour: a median over each setting's own rounds would compare hours as well as settings."""
+    keys = cells[["setting", *ROUND]].drop_duplicates()
+    out = []
+    for _, cell in keys.groupby(["workload", "concurrency"]):
+        rounds = cell.groupby(["cohort", "repeat"])["setting"].nunique()
+        shared = rounds[rounds == cell["setting"].nunique()]
+        out.append(cell[ROUND].drop_duplicates().set_index(["cohort", "repeat"])
+                   .loc[shared.index if len(shared) else rounds.index].reset_index())
+    return pd.concat(out, ignore_index=True)[ROUND] if out else keys[ROUND]
 
 
 def score_table(requests: pd.DataFrame, cells: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
