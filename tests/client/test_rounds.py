@@ -128,6 +128,11 @@ def test_racing_gives_no_more_rounds_to_a_cell_out_of_reach_and_says_so():
     planner = Planner(RoundPolicy(2, 6, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
     assert planner.active(3, ["flat", "open"]) == ["open"]
     assert planner.out_of_reach == {"flat": 3}
+    # rounds measured later (a rerun keeps them) can bring it back within reach: then it is not reported out of reach
+    for r in (3, 4):
+        ledger.add("flat", "ctrl", r, {"aggregate_tok_s": 100.0, "per_request_tok_s": 50.0})
+        ledger.add("flat", "cand", r, {"aggregate_tok_s": 99.0, "per_request_tok_s": 49.5})
+    assert planner.needs_round("flat", 5) and "flat" not in planner.out_of_reach
 
 
 def test_racing_pools_the_spread_of_every_cell_so_two_rounds_can_decide():

@@ -228,7 +228,9 @@ class Planner:
         priors = self.ledger.priors(round_) if priors is None else priors
         if self.racing:
             result = self.race(cell, round_, priors)
-            if result.settled and not result.decided and cell not in self.out_of_reach:
+            if not result.settled or result.decided:  # within reach again, or decided: no longer out of reach
+                self.out_of_reach.pop(cell, None)
+            elif cell not in self.out_of_reach:
                 self.out_of_reach[cell] = round_
                 leads = "; ".join(f"{metric}: {v.best} over {v.runner_up} {v.lead.diff_pct:+.1f}% "
                                   f"±{v.lead.half_width_pct:.1f}" for metric, v in result.verdicts.items()
