@@ -302,15 +302,18 @@ def rerun_lines(decisions: pd.DataFrame, max_rounds: int) -> list[str]:
     open_ = decisions[decisions["decision"] == UNDECIDED]
     if open_.empty or "rounds_needed" not in open_.columns:
         return []
-    needed = pd.to_numeric(open_["rounds_needed"], errors="coerce")
+    open_ = open_.assign(rounds_needed=pd.to_numeric(open_["rounds_needed"], errors="coerce"))
+    needed = open_["rounds_needed"]
     soon, later = open_[needed <= max_rounds], open_[(needed > max_rounds) & np.isfinite(needed)]
     parts = [f"{len(soon)} of the {len(open_)} undecided cells × metrics would be decided within "
              f"`benchmark.max_repeats` ({max_rounds} rounds)"
              + (f", about {m:.0f} min more measuring" if len(soon) and math.isfinite(m := _minutes(soon)) else "")]
     if len(later):
         low, high = int(later["rounds_needed"].min()), int(later["rounds_needed"].max())
-        parts.append(f"{len(later)} by {low if low == high else f'{low}–{high}'} rounds" + (f" ({m:.0f} min for all {len(soon) + len(later)})"
-                                 if math.isfinite(m := _minutes(pd.concat([soon, later]))) else ""))
+        span = str(low) if low == high else f"{low}–{high}"
+        total = _minutes(pd.concat([soon, later]))
+        parts.append(f"{len(later)} by {span} rounds"
+                     + (f" ({total:.0f} min for all {len(soon) + len(later)})" if math.isfinite(total) else ""))
     if beyond := int(np.isinf(needed).sum()):
         parts.append(f"{beyond} by no number up to {ROUNDS_CAP} (a lead about the size of the noise floor or of the "
                      "equivalence margin)")
