@@ -108,4 +108,6 @@ def test_ranges_cover_every_batch_size_once_and_meet_between_the_concurrencies()
     assert band_ranges({"a": [1, 2], "b": [8], "c": [32]}, 48) == [("a", 1, 3), ("b", 4, 15), ("c", 16, 48)]
     # in any key order (the rules pass the config with sorted keys); the first band from 1; none past the server's
     assert band_ranges({"high": [32, 64], "low": [2, 4], "mid": [16]}, 20) == [("low", 1, 7), ("mid", 8, 20)]
+    # a band the server cannot reach is dropped before the bands meet: the last one kept runs to the server's limit
+    assert band_ranges({"low": [1, 4], "mid": [16], "high": [32, 64]}, 8) == [("low", 1, 8)]
     assert [band_start(*pair) for pair in ((1, 4), (16, 32), (3, 4), (4, 16))] == [2, 23, 4, 8]

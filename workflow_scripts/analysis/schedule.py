@@ -59,13 +59,13 @@ def band_ranges(bands: dict[str, list[int]], max_batch: int) -> list[tuple[str, 
     (band_start): a server measured at concurrency C runs decode batches of C and, whenever a request ends and the
     next one waits for its prefill, of a few less, so a breakpoint at C itself would serve those dips with the band
     below, steps the study never measured at C. The first band serves from batch 1 (a smaller batch than any
-    measured takes the nearest band's choice, as SGLang routes it), the last up to `max_batch`, and a band that
-    would start above `max_batch` is dropped (the server never runs such a batch)."""
-    ordered = sorted(bands.items(), key=lambda band: band[1][0])
-    starts = [1, *(band_start(below[-1], above[0]) for (_, below), (_, above) in zip(ordered, ordered[1:]))]
-    kept = [(name, start) for (name, _), start in zip(ordered, starts) if start <= max_batch]
-    return [(name, start, kept[i + 1][1] - 1 if i + 1 < len(kept) else max_batch)
-            for i, (name, start) in enumerate(kept)]
+    measured takes the nearest band's choice, as SGLang routes it), the last up to `max_batch`, and a band whose
+    smallest concurrency is above `max_batch` is dropped first (the server never runs its batches)."""
+    kept = sorted(((name, concs) for name, concs in bands.items() if concs[0] <= max_batch),
+                  key=lambda band: band[1][0])
+    starts = [1, *(band_start(below[-1], above[0]) for (_, below), (_, above) in zip(kept, kept[1:]))]
+    return [(name, start, starts[i + 1] - 1 if i + 1 < len(starts) else max_batch)
+            for i, ((name, _), start) in enumerate(zip(kept, starts))]
 
 
 def band_start(below: int, above: int) -> int:
