@@ -19,6 +19,10 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
+# between polls of a starting server: each one is a cheap refused connect or 503 until it is up, and every study
+# (and the test suite) waits on hundreds of starts
+READY_POLL_S = 0.1
+
 
 class ServerError(RuntimeError):
     """The server did not start, died or hung; the message carries the tail of its log."""
@@ -68,6 +72,7 @@ class ServerProcess:
         base_url: str,
         startup_timeout_s: float,
         env: Mapping[str, str | None] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.argv = list(argv)
         self.log_path = Path(log_path)
@@ -75,6 +80,7 @@ class ServerProcess:
         self.startup_timeout_s = startup_timeout_s
         # a None value removes the variable, so a server never inherits e.g. a stale SGLANG_MOE_CONFIG_DIR
         self.env = {k: v for k, v in (dict(os.environ) | dict(env or {})).items() if v is not None}
+        self.cwd = cwd  # where `python -m` finds the package: benchmarks.server_startup runs two source trees
         self.proc: subprocess.Popen | None = None
         self.log_offset = 0
 
@@ -92,7 +98,7 @@ class ServerProcess:
             out.write(f"$ {shown_command(self.argv)}\n")
             out.flush()
             self.proc = subprocess.Popen(
-                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, start_new_session=True,
+                self.argv, stdout=out, stderr=subprocess.STDOUT, env=self.env, cwd=self.cwd, start_new_session=True,
                 # the server answers Ctrl-C even when its launcher runs with SIGINT ignored (a background job of a
                 # non-interactive shell does, and a child would inherit that)
                 preexec_fn=_default_sigint,
@@ -112,7 +118,7 @@ class ServerProcess:
             if _get(self.base_url + "/health_generate", timeout=10) == 200:
                 log.info("server ready at %s", self.base_url)
                 return
-            time.sleep(0.5)
+            time.sleep(READY_POLL_S)
         raise ServerError(
             f"server not ready on {self.base_url}/health_generate after {self.startup_timeout_s:.0f} s "
             f"(server.startup_timeout_s); log {self.log_path} ends with:\n{log_tail(self.log_path)}"
