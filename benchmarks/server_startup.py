@@ -6,10 +6,10 @@
 A study starts every member's server at least twice per cohort (the launch order reversed after the first round),
 and the test suite starts a few hundred: start-up is time nobody measures. Each start runs
 `python -m workflow_scripts.engine.launch_server` from a source tree (this checkout, or `--baseline-ref` checked
-out into a temporary git worktree), polls /health_generate as the launcher does (`READY_POLL_S`), and records the seconds until it answers
-200; then the server is stopped. The two trees alternate, the order swapped each pair, so a slower stretch of a
-shared machine falls on both. Prints each tree's median and the paired ratio (this tree ÷ baseline) with its 95%
-CI over the pairs.
+out into a temporary git worktree), polls /health_generate as the launcher does (`READY_POLL_S`), and records the
+seconds until it answers 200; then the server is stopped. The two trees alternate, the order swapped each pair, so
+a slower stretch of a shared machine falls on both. Prints each tree's median and the paired ratio (this tree ÷
+baseline) with its 95% CI over the pairs.
 """
 
 from __future__ import annotations
@@ -53,13 +53,14 @@ def seconds_to_ready(tree: Path, argv: list[str], port: int, log_path: Path) -> 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", required=True, type=Path, help="target model directory (e.g. results/smoke/models/target)")
+    ap.add_argument("--model", required=True, type=Path,
+                    help="target model directory (e.g. results/smoke/models/target)")
     ap.add_argument("--draft", type=Path, help="draft model: the servers then run STANDALONE with 2 steps")
     ap.add_argument("--baseline-ref", default="HEAD", help="git ref to compare this checkout against (default HEAD)")
     ap.add_argument("--starts", type=int, default=8, help="starts per tree")
     args = ap.parse_args(argv)
     if args.starts < 2:
-        ap.error("--starts: at least 2 (the CI needs pairs)")
+        ap.error("--starts: at least 2 (a confidence interval needs two pairs)")
     for flag, path in (("--model", args.model), ("--draft", args.draft)):
         if path is not None and not (path / "config.json").is_file():
             ap.error(f"{flag}: no model at {path} (config.json missing)")
