@@ -13,7 +13,7 @@ SGLANG_CPU_PINS := sglang==0.5.23 triton==3.9.0 orjson==3.13.0 pybase64==1.5.1 p
 STUDY ?= embedded-cpu
 CORES ?= 4
 
-.PHONY: study report test test-fast system-deps lint clean-venv
+.PHONY: study report test test-cluster test-fast system-deps lint clean-venv
 
 $(STAMP): requirements.txt constraints.txt
 	python3 -m venv $(VENV)
@@ -49,10 +49,15 @@ system-deps:
 	fi
 
 # one worker per core, each test file on one worker (its module fixtures, e.g. a whole smoke study, built once);
-# the 15 slowest tests are listed, to see where the time goes on a slower machine
+# the 15 slowest tests are listed, to see where the time goes on a slower machine. The study on a one-node Slurm
+# (the `cluster` tier, ~7 min, mostly waiting on the Slurm plugin's status checks) is test-cluster's.
 test: export SPECSTUDY_SGLANG_PYTHON := $(abspath $(SGVENV))/bin/python
 test: $(STAMP) $(SGVENV)/.installed system-deps
-	pytest -q -n auto --dist loadfile --durations=15 tests
+	pytest -q -n auto --dist loadfile --durations=15 -m "not cluster" tests
+
+# the smoke study through `--executor slurm` on a private one-node Slurm (tests/slurm/test_slurm_study.py)
+test-cluster: $(STAMP) system-deps
+	pytest -q --durations=5 -m cluster tests
 
 # the tests without the integration tier (tests/conftest.py INTEGRATION): no Snakemake, Slurm, Chromium or cohort
 test-fast: $(STAMP)

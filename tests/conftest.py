@@ -5,7 +5,9 @@ reused when both hold a build_info.json, and built there otherwise.
 
 The files in INTEGRATION drive whole external systems (real Snakemake, a one-node Slurm, headless Chromium,
 schemathesis, a whole cohort of servers) and take most of the suite's time; their tests are marked
-`integration`. `make test-fast` runs the rest (`-m "not integration"`), `make test` everything.
+`integration`. `make test-fast` runs the rest (`-m "not integration"`). The study on a one-node Slurm (CLUSTER), a
+quarter of the suite's time and mostly waiting on the Slurm plugin's status checks, is also marked `cluster`:
+`make test` runs everything else (`-m "not cluster"`), `make test-cluster` that study; CI runs both.
 """
 
 from __future__ import annotations
@@ -30,14 +32,18 @@ INTEGRATION = frozenset({
     "server/test_openapi.py",  # schemathesis against a live server
     "client/test_run_cohort.py",  # whole cohort jobs: servers, rounds, the cache, signals
 })
+CLUSTER = frozenset({"slurm/test_slurm_study.py"})
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark every test of an INTEGRATION file `integration`."""
+    """Mark every test of an INTEGRATION file `integration`, and of a CLUSTER file `cluster` too."""
     for item in items:
         path = Path(str(item.fspath)).resolve()
-        if path.is_relative_to(TESTS) and path.relative_to(TESTS).as_posix() in INTEGRATION:
+        name = path.relative_to(TESTS).as_posix() if path.is_relative_to(TESTS) else ""
+        if name in INTEGRATION:
             item.add_marker(pytest.mark.integration)
+        if name in CLUSTER:
+            item.add_marker(pytest.mark.cluster)
 
 
 def is_built_pair(root: Path) -> bool:
