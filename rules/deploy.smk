@@ -8,6 +8,8 @@ from workflow_scripts.analysis.schedule import DEPLOY_FILES
 rule step_schedule:
     input:
         recommendation=f"{RESULTS}/tables/recommendation.csv",
+        improvement=f"{RESULTS}/tables/improvement.csv",
+        predictions=f"{RESULTS}/tables/cost_model_predictions.csv",
         summary=f"{RESULTS}/tables/summary.csv",
     output:
         csv=report(
@@ -47,6 +49,7 @@ rule step_schedule:
         plot_dir=lambda wildcards, output: os.path.dirname(output.svg),
     shell:
         "python -m workflow_scripts.analysis.schedule --recommendation {input.recommendation:q}"
+        " --improvement {input.improvement:q} --predictions {input.predictions:q}"
         " --summary {input.summary:q} --config-json {params.cfg:q} --max-batch {params.max_batch}"
         " --out-csv {output.csv:q} --deploy-dir {params.deploy_dir:q} --plot-dir {params.plot_dir:q}"
         " > {log} 2>&1"

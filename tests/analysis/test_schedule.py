@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from workflow_scripts.analysis.recommend import RECOMMENDATION_COLUMNS
-from workflow_scripts.analysis.schedule import band_ranges, band_start, bands_problem, main, step_schedule
+from workflow_scripts.analysis.schedule import band_ranges, band_start, bands_problem, main, model_choice, step_schedule
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, load_adaptive_config
 from workflow_scripts.launcher.command import ServerSpec, build_command, check_setting
@@ -45,8 +45,72 @@ RECOMMENDATION = pd.DataFrame([
 ])
 
 
+IMPROVEMENT_COLUMNS = ["source", "kind", "baseline", "candidate", "workload", "concurrency", "metric",
+                       "improvement_pct", "verdict"]
+PREDICTION_COLUMNS = ["source", "workload", "concurrency", "steps", "setting", "measured", "predicted_aggregate_tok_s"]
+NO_IMPROVEMENT, NO_PREDICTIONS = pd.DataFrame(columns=IMPROVEMENT_COLUMNS), pd.DataFrame(columns=PREDICTION_COLUMNS)
+
+
+def comparison(baseline: str, candidate: str, concurrency: int, pct: float, verdict: str) -> dict:
+    return {"source": "measured", "kind": "pairwise", "baseline": baseline, "candidate": candidate,
+            "workload": "synthetic", "concurrency": concurrency, "metric": "aggregate_tok_s", "improvement_pct": pct,
+            "verdict": verdict}
+
+
+def predicted(per_setting: dict[str, float]) -> pd.DataFrame:
+    """The cost model's predictions at C = 32 and 64: the given aggregate tok/s per setting, the same at both."""
+    return pd.DataFrame([{"source": "measured", "workload": "synthetic", "concurrency": c, "steps": int(name[-1]),
+                          "setting": name, "measured": True, "predicted_aggregate_tok_s": value}
+                         for name, value in per_setting.items() for c in (32, 64)], columns=PREDICTION_COLUMNS)
+
+
+# steps1 and steps2 beat the baseline for real at both concurrencies of the high band; steps3 does at 32 only
+VS_BASELINE = [comparison("baseline", name, c, 12.0, "real") for name in ("steps1", "steps2") for c in (32, 64)] + [
+    comparison("baseline", "steps3", 32, 10.0, "real"), comparison("baseline", "steps3", 64, 2.0, "within noise")]
+
+
+@pytest.mark.parametrize("pick_vs_model, predictions, expected, why", [
+    # the pick not shown ahead of the model's best at C=64: the model's best
+    ([("steps1", "steps2", 32, -3.0, "real"), ("steps1", "steps2", 64, 1.3, "equivalent")],
+     {"steps1": 740.0, "steps2": 757.0}, "steps2", "C=32 steps2 vs steps1 -3.0% (real); C=64 steps2 vs steps1 +1.3%"),
+    # never compared with the pick: not shown ahead either
+    ([], {"steps1": 740.0, "steps2": 757.0}, "steps2", "at every concurrency of the band (not compared)"),
+    # the pick's lead real at every concurrency of the band: the pick stands, whatever the model says
+    ([("steps1", "steps2", 32, -3.0, "real"), ("steps2", "steps1", 64, 4.0, "real")],
+     {"steps1": 740.0, "steps2": 757.0}, None, ""),
+    # the model's best, steps3, does not beat the baseline beyond noise at C = 64: the pick stands
+    ([], {"steps1": 740.0, "steps3": 760.0, "steps2": 700.0}, None, ""),
+    # the model agrees with the pick
+    ([("steps1", "steps2", 32, 1.0, "within noise")], {"steps1": 760.0, "steps2": 757.0}, None, ""),
+    # equal predictions: the fewer steps, which is the pick
+    ([("steps1", "steps2", 32, 1.0, "within noise")], {"steps1": 757.0, "steps2": 757.0}, None, ""),
+])
+def test_the_cost_model_chooses_where_the_study_did_not_tell_the_pick_from_another_step_count(
+        pick_vs_model, predictions, expected, why):
+    cfg = StudyConfig.from_dict(CONFIG)
+    improvement = pd.DataFrame([comparison(*row) for row in pick_vs_model] + VS_BASELINE, columns=IMPROVEMENT_COLUMNS)
+    chosen = model_choice("steps1", predicted(predictions), improvement, cfg, "synthetic", [32, 64], "STANDALONE")
+    assert (chosen[0] if chosen else None) == expected
+    if chosen:
+        assert "steps1 (1 steps) scores best but is not shown ahead of steps2 (2 steps)" in chosen[1]
+        assert why in chosen[1] and "the cost model predicts steps2 +2.3% over it here" in chosen[1]
+
+
+def test_a_schedule_band_takes_the_model_choice_and_says_why():
+    cfg = StudyConfig.from_dict(CONFIG)
+    improvement = pd.DataFrame([comparison("steps1", "steps2", 64, 1.3, "equivalent")] + VS_BASELINE,
+                               columns=IMPROVEMENT_COLUMNS)
+    recommendation = pd.DataFrame([rec("synthetic", "high", "steps1", "real")])
+    schedule = step_schedule(recommendation, cfg, MAX_BATCH, improvement,
+                             predicted({"steps1": 740.0, "steps2": 757.0})).set_index(["workload", "band"])
+    row = schedule.loc[("synthetic", "high")]
+    assert (row["steps"], row["recommended"]) == (2, "steps1")
+    assert "the cost model predicts steps2 +2.3% over it here, and steps2 beats baseline beyond noise" in row["reason"]
+
+
 def test_steps_per_band_are_noise_aware():
-    schedule = step_schedule(RECOMMENDATION, StudyConfig.from_dict(CONFIG), MAX_BATCH).set_index(["workload", "band"])
+    schedule = step_schedule(RECOMMENDATION, StudyConfig.from_dict(CONFIG), MAX_BATCH, NO_IMPROVEMENT,
+                             NO_PREDICTIONS).set_index(["workload", "band"])
     expected = {("synthetic", "low"): (1, 7, 2, "beats baseline beyond noise"),
                 ("synthetic", "mid"): (8, 22, 0, "not decided against baseline"),
                 ("synthetic", "high"): (23, 64, 0, "baseline (no speculation) scores best"),
@@ -64,11 +128,15 @@ def test_emitted_schedule_round_trips(tmp_path):
     emitted; the SGLang config it names routes every batch size to the band's steps, as the vLLM form does."""
     rec_csv, deploy = tmp_path / "recommendation.csv", tmp_path / "deploy"
     RECOMMENDATION.to_csv(rec_csv, index=False)
+    NO_IMPROVEMENT.to_csv(tmp_path / "improvement.csv", index=False)
+    NO_PREDICTIONS.to_csv(tmp_path / "predictions.csv", index=False)
     summary = pd.DataFrame([{"source": "measured", "setting": s, "workload": w, "concurrency": c,
                              "aggregate_tok_s_median": 100.0 * c ** 0.5 * (1 + 0.1 * i)}
                             for i, s in enumerate(CONFIG["settings"]) for w in CONFIG["workloads"] for c in (1, 4, 16, 32, 64)])
     summary.to_csv(tmp_path / "summary.csv", index=False)
-    assert main(["--recommendation", str(rec_csv), "--config-json", json.dumps(CONFIG), "--max-batch", str(MAX_BATCH),
+    assert main(["--recommendation", str(rec_csv), "--improvement", str(tmp_path / "improvement.csv"),
+                 "--predictions", str(tmp_path / "predictions.csv"), "--config-json", json.dumps(CONFIG),
+                 "--max-batch", str(MAX_BATCH),
                  "--out-csv", str(tmp_path / "step_schedule.csv"), "--deploy-dir", str(deploy),
                  "--summary", str(tmp_path / "summary.csv"), "--plot-dir", str(tmp_path)]) == 0
     svg = (tmp_path / "step_schedule.svg").read_text()

@@ -88,20 +88,20 @@ def _mean(values: np.ndarray) -> float:
     return float(finite.mean()) if len(finite) else np.nan
 
 
-def _verdict(improvement: pd.DataFrame, cfg: StudyConfig, pick: str, workload: str, metric: str,
+def band_verdict(improvement: pd.DataFrame, cfg: StudyConfig, pick: str, workload: str, metric: str,
              concs: list[int]) -> str:
     """real when the pick beats the baseline, paired by round, beyond the noise at every concurrency of the band;
     equivalent when a TOST shows it ties the baseline at every one."""
     if pick == cfg.baseline:
         return "baseline"
-    rows = _between(improvement, cfg.baseline, pick, workload, metric, concs)
+    rows = measured_between(improvement, cfg.baseline, pick, workload, metric, concs)
     real = (rows["verdict"] == REAL) & (rows["improvement_pct"] > 0)
     if len(rows) and real.all():
         return REAL
     return EQUIVALENT if len(rows) and (rows["verdict"] == EQUIVALENT).all() else WITHIN_NOISE
 
 
-def _between(improvement: pd.DataFrame, a: str, b: str, workload: str, metric: str, concs: list[int]) -> pd.DataFrame:
+def measured_between(improvement: pd.DataFrame, a: str, b: str, workload: str, metric: str, concs: list[int]) -> pd.DataFrame:
     """The measured comparisons of a and b (either way round) in one band x workload x metric."""
     pair = ((improvement["baseline"] == a) & (improvement["candidate"] == b)) | (
         (improvement["baseline"] == b) & (improvement["candidate"] == a))
@@ -115,7 +115,7 @@ def _fewer_steps_equivalent(improvement: pd.DataFrame, eligible: pd.DataFrame, p
     concurrency of the band; None when there is none."""
     for _, other in eligible[eligible["steps"] < pick["steps"]].sort_values(
             ["steps", "score"], ascending=[True, False]).iterrows():
-        rows = _between(improvement, pick["setting"], other["setting"], workload, metric, concs)
+        rows = measured_between(improvement, pick["setting"], other["setting"], workload, metric, concs)
         if len(rows) and (rows["verdict"] == EQUIVALENT).all():
             return other
     return None
@@ -147,6 +147,6 @@ def recommend(scores: pd.DataFrame, cfg: StudyConfig, improvement: pd.DataFrame)
         vs_base = pick["score"] / base["score"].iloc[0] if len(base) and base["score"].iloc[0] > 0 else np.nan
         rows.append({**row, "recommended": pick["setting"], "score": pick["score"], "median": pick["median"],
                      "score_vs_baseline": vs_base,
-                     "verdict": _verdict(improvement, cfg, pick["setting"], workload, metric, cfg.bands[band]),
+                     "verdict": band_verdict(improvement, cfg, pick["setting"], workload, metric, cfg.bands[band]),
                      "tied_with": ", ".join(others), "note": note})
     return pd.DataFrame(rows, columns=RECOMMENDATION_COLUMNS)

@@ -6,7 +6,11 @@ from batch 1, the last up to `--max-batch`. The steps of a band are its recommen
 - the recommendation already breaks score ties toward fewer steps;
 - a band whose pick does not beat the baseline beyond noise at every one of its concurrencies (verdict not `real`)
   keeps the baseline's steps (no speculation): an undecided band keeps the fewer-steps choice;
-- a pick of another algorithm than the schedule's (one deployment switches one draft's steps) keeps the baseline too.
+- a pick of another algorithm than the schedule's (one deployment switches one draft's steps) keeps the baseline too;
+- where the pick beats the baseline but the study did not tell it apart from another step count of its algorithm
+  (no real lead over it at every concurrency of the band), the cost model chooses between them (model_choice): a
+  band's pick among settings within the host's round-to-round drift of each other is the noise's, while the model
+  pools acceptance and step cost over every cell. The model's choice must beat the baseline too.
 The `reason` column says which rule chose each band's steps.
 
 Outputs, per workload, under deploy/{workload}/:
@@ -32,6 +36,7 @@ import yaml
 from workflow_scripts.analysis.output import write_csv
 from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.paired import REAL
+from workflow_scripts.analysis.recommend import band_verdict, measured_between
 from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
 
 SCHEDULE_COLUMNS = ["workload", "band", "batch_from", "batch_to", "concurrencies", "steps", "recommended", "verdict",
@@ -87,7 +92,38 @@ def scheduled_algorithm(cfg: StudyConfig) -> tuple[str, dict] | None:
     return algorithm, specs[template]
 
 
-def step_schedule(recommendation: pd.DataFrame, cfg: StudyConfig, max_batch: int) -> pd.DataFrame:
+def model_choice(pick: str, predictions: pd.DataFrame, improvement: pd.DataFrame, cfg: StudyConfig, workload: str,
+                 concs: list[int], algorithm: str) -> tuple[str, str] | None:
+    """(setting, why) where the cost model's best measured setting of `algorithm` for the band differs from `pick`,
+    the study did not show `pick` ahead of it at every concurrency of the band, and it beats the baseline beyond
+    noise; None where the pick stands. The model's best: the highest mean predicted aggregate tok/s over the band's
+    concurrencies, among the algorithm's measured settings predicted at all of them (fewer steps on a tie)."""
+    pred = predictions[(predictions["source"] == "measured") & (predictions["workload"] == workload)
+                       & predictions["concurrency"].isin(concs) & predictions["measured"].astype(bool)]
+    family = [n for n, s in cfg.settings.items()
+              if s.get("speculative_algorithm") == algorithm and not s.get("speculative_adaptive") and not is_calibration(s)]
+    pred = pred[pred["setting"].isin(family)]
+    full = pred.groupby("setting")["concurrency"].nunique() == len(set(concs))
+    means = pred[pred["setting"].isin(full[full].index)].groupby("setting")[f"predicted_{METRIC}"].mean()
+    if pick not in means.index:
+        return None
+    best = min(means.index, key=lambda name: (-means[name], cfg.steps(name)))
+    if best == pick or band_verdict(improvement, cfg, best, workload, METRIC, concs) != REAL:
+        return None
+    rows = measured_between(improvement, pick, best, workload, METRIC, concs)
+    ahead = (rows["candidate"] == pick) == (rows["improvement_pct"] > 0)
+    if set(rows["concurrency"]) == set(concs) and bool(((rows["verdict"] == REAL) & ahead).all()):
+        return None
+    shown = "; ".join(f"C={r.concurrency} {r.candidate} vs {r.baseline} {r.improvement_pct:+.1f}% ({r.verdict})"
+                      for r in rows.sort_values("concurrency").itertuples()) or "not compared"
+    gain = 100 * (means[best] / means[pick] - 1)
+    return best, (f"{pick} ({cfg.steps(pick)} steps) scores best but is not shown ahead of {best} ({cfg.steps(best)} "
+                  f"steps) at every concurrency of the band ({shown}); the cost model predicts {best} {gain:+.1f}% "
+                  f"over it here, and {best} beats {cfg.baseline} beyond noise")
+
+
+def step_schedule(recommendation: pd.DataFrame, cfg: StudyConfig, max_batch: int, improvement: pd.DataFrame,
+                  predictions: pd.DataFrame) -> pd.DataFrame:
     """One row per workload × band: the band's batch sizes, its steps and why."""
     family = scheduled_algorithm(cfg)
     rows = []
@@ -111,6 +147,8 @@ def step_schedule(recommendation: pd.DataFrame, cfg: StudyConfig, max_batch: int
             elif verdict != REAL:
                 reason = (f"{name} ({cfg.steps(name)} steps) is not decided against {cfg.baseline} "
                           f"(verdict: {verdict or 'none'}): the fewer-steps choice, no speculation, is kept")
+            elif chosen := model_choice(name, predictions, improvement, cfg, workload, cfg.bands[band], family[0]):
+                steps, reason = cfg.steps(chosen[0]), chosen[1]
             else:
                 steps = cfg.steps(name)
                 tied = "" if pick is None or pd.isna(pick["tied_with"]) or not pick["tied_with"] else (
@@ -167,6 +205,8 @@ def write_deploy(schedule: pd.DataFrame, cfg: StudyConfig, deploy_dir: Path) -> 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--recommendation", type=Path, required=True, help="tables/recommendation.csv")
+    p.add_argument("--improvement", type=Path, required=True, help="tables/improvement.csv (the paired verdicts)")
+    p.add_argument("--predictions", type=Path, required=True, help="tables/cost_model_predictions.csv")
     p.add_argument("--config-json", required=True, help="the study config (settings, workloads, analysis) as JSON")
     p.add_argument("--max-batch", type=int, required=True, help="the last band's last batch size")
     p.add_argument("--out-csv", type=Path, required=True, help="tables/step_schedule.csv")
@@ -178,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if problem := bands_problem(dict(sorted(cfg.bands.items(), key=lambda item: item[1][0]))):
         print(problem, file=sys.stderr)
         return 2
-    schedule = step_schedule(pd.read_csv(args.recommendation), cfg, args.max_batch)
+    schedule = step_schedule(pd.read_csv(args.recommendation), cfg, args.max_batch, pd.read_csv(args.improvement),
+                             pd.read_csv(args.predictions))
     write_deploy(schedule, cfg, args.deploy_dir)
     write_csv(schedule, args.out_csv)
     if args.summary is not None and args.plot_dir is not None:
