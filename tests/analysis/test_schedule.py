@@ -10,6 +10,7 @@ import yaml
 
 from workflow_scripts.analysis.recommend import RECOMMENDATION_COLUMNS
 from workflow_scripts.analysis.schedule import band_ranges, band_start, bands_problem, main, model_choice, step_schedule
+from workflow_scripts.analysis.schedule_plot import scheduled_points
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, load_adaptive_config
 from workflow_scripts.launcher.command import ServerSpec, build_command, check_setting
@@ -106,6 +107,23 @@ def test_a_schedule_band_takes_the_model_choice_and_says_why():
     row = schedule.loc[("synthetic", "high")]
     assert (row["steps"], row["recommended"]) == (2, "steps1")
     assert "the cost model predicts steps2 +2.3% over it here, and steps2 beats baseline beyond noise" in row["reason"]
+
+
+def test_the_plot_circles_the_setting_whose_steps_a_band_runs():
+    """A band the cost model moved to 2 steps circles steps2, not its recommendation steps1 (nor ngram, 2 steps too);
+    a band at its recommendation's steps circles that setting; a 0-step band, the baseline."""
+    cfg = StudyConfig.from_dict(CONFIG)
+    measured = pd.DataFrame([{"setting": s, "workload": "synthetic", "concurrency": c, "aggregate_tok_s_median": 1.0}
+                             for s in CONFIG["settings"] for c in (1, 4, 16, 32, 64)])
+    schedule = pd.DataFrame([
+        {"workload": "synthetic", "band": "low", "concurrencies": "1 4", "steps": 0, "recommended": "steps1", "reason": ""},
+        {"workload": "synthetic", "band": "mid", "concurrencies": "16", "steps": 3, "recommended": "steps3", "reason": ""},
+        {"workload": "synthetic", "band": "high", "concurrencies": "32 64", "steps": 2, "recommended": "steps1",
+         "reason": ""}])
+    points = scheduled_points(measured, schedule, cfg)
+    assert sorted(zip(points["band"], points["setting"], points["concurrency"])) == [
+        ("high", "steps2", 32), ("high", "steps2", 64), ("low", "baseline", 1), ("low", "baseline", 4),
+        ("mid", "steps3", 16)]
 
 
 def test_steps_per_band_are_noise_aware():

@@ -8,21 +8,29 @@ import pandas as pd
 from workflow_scripts.analysis.study_config import StudyConfig
 
 
-def schedule_chart(summary: pd.DataFrame, schedule: pd.DataFrame, cfg: StudyConfig) -> alt.Chart:
-    """Aggregate tok/s against concurrency per setting (thin lines), the scheduled steps' own points on them (large
-    marks labelled with the steps), and a rule at each band's first batch size, per workload."""
-    measured = summary[summary["source"] == "measured"].copy()
-    measured["steps"] = measured["setting"].map(cfg.steps)
+def scheduled_points(measured: pd.DataFrame, schedule: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
+    """The measured points of the static setting each band runs: the recommended one where the band runs its steps,
+    else (the cost model chose another step count) the setting of its algorithm with the band's steps; with 0 steps,
+    every setting without speculation."""
+    steps = measured["setting"].map(cfg.steps)
+    static = measured["setting"].map(lambda s: not cfg.settings.get(s, {}).get("speculative_adaptive"))
+    algorithm = measured["setting"].map(lambda s: cfg.settings.get(s, {}).get("speculative_algorithm"))
     points = []
     for r in schedule.itertuples():
         concs = [int(c) for c in str(r.concurrencies).split()]
-        on = measured[(measured["workload"] == r.workload) & measured["concurrency"].isin(concs)
-                      & (measured["steps"] == r.steps)
-                      & measured["setting"].map(lambda s: not cfg.settings.get(s, {}).get("speculative_adaptive"))]
+        on = (measured["workload"] == r.workload) & measured["concurrency"].isin(concs) & (steps == r.steps) & static
         if r.steps > 0 and r.recommended:
-            on = on[on["setting"] == r.recommended]
-        points.append(on.assign(band=r.band, scheduled=f"{r.steps} steps", reason=r.reason))
-    chosen = pd.concat(points, ignore_index=True) if points else measured.iloc[:0]
+            on &= (measured["setting"] == r.recommended) if cfg.steps(r.recommended) == r.steps else (
+                algorithm == cfg.settings[r.recommended].get("speculative_algorithm"))
+        points.append(measured[on].assign(band=r.band, scheduled=f"{r.steps} steps", reason=r.reason))
+    return pd.concat(points, ignore_index=True) if points else measured.iloc[:0]
+
+
+def schedule_chart(summary: pd.DataFrame, schedule: pd.DataFrame, cfg: StudyConfig) -> alt.Chart:
+    """Aggregate tok/s against concurrency per setting (thin lines), the scheduled steps' own points on them (large
+    marks labelled with the steps), and a rule at each band's first batch size, per workload."""
+    measured = summary[summary["source"] == "measured"]
+    chosen = scheduled_points(measured, schedule, cfg)
     x = alt.X("concurrency:Q", scale=alt.Scale(type="log", base=2), title="concurrency (batch size)")
     y = alt.Y("aggregate_tok_s_median:Q", title="aggregate tok/s (median)")
     curves = alt.Chart(measured).mark_line(point=True, strokeWidth=1, opacity=0.6).encode(
