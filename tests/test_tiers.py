@@ -17,7 +17,8 @@ def test_every_integration_file_exists():
 def test_the_markers_select_the_tiers():
     """`-m "not integration"` (make test-fast) collects no test of an integration file, `-m "not cluster"` (make
     test) none of the Slurm study's, and `-m cluster` (make test-cluster) only those."""
-    files = [TESTS / "workflow" / "test_config_errors.py", TESTS / "slurm" / "test_slurm_study.py", TESTS / "test_io.py"]
+    files = [TESTS / "workflow" / "test_config_errors.py", TESTS / "slurm" / "test_slurm_study.py",
+             TESTS / "test_io.py"]
 
     def collected(expr: str) -> set[str]:
         proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", expr, *map(str, files)],

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from workflow_scripts.analysis.recommend import RECOMMENDATION_COLUMNS
-from workflow_scripts.analysis.schedule import band_ranges, band_start, bands_problem, main, model_choice, step_schedule
+from workflow_scripts.analysis.schedule import (band_ranges, band_start, bands_problem, main, model_choice,
+                                                step_schedule)
 from workflow_scripts.analysis.schedule_plot import scheduled_points
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.engine.adaptive import AdaptiveSpeculativeParams, load_adaptive_config
@@ -116,10 +117,10 @@ def test_the_plot_circles_the_setting_whose_steps_a_band_runs():
     measured = pd.DataFrame([{"setting": s, "workload": "synthetic", "concurrency": c, "aggregate_tok_s_median": 1.0}
                              for s in CONFIG["settings"] for c in (1, 4, 16, 32, 64)])
     schedule = pd.DataFrame([
-        {"workload": "synthetic", "band": "low", "concurrencies": "1 4", "steps": 0, "recommended": "steps1", "reason": ""},
-        {"workload": "synthetic", "band": "mid", "concurrencies": "16", "steps": 3, "recommended": "steps3", "reason": ""},
-        {"workload": "synthetic", "band": "high", "concurrencies": "32 64", "steps": 2, "recommended": "steps1",
-         "reason": ""}])
+        {"workload": "synthetic", "band": "low", "concurrencies": "1 4", "steps": 0, "recommended": "steps1"},
+        {"workload": "synthetic", "band": "mid", "concurrencies": "16", "steps": 3, "recommended": "steps3"},
+        {"workload": "synthetic", "band": "high", "concurrencies": "32 64", "steps": 2, "recommended": "steps1"},
+    ]).assign(reason="")
     points = scheduled_points(measured, schedule, cfg)
     assert sorted(zip(points["band"], points["setting"], points["concurrency"])) == [
         ("high", "steps2", 32), ("high", "steps2", 64), ("low", "baseline", 1), ("low", "baseline", 4),

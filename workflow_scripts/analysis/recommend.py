@@ -89,7 +89,7 @@ def _mean(values: np.ndarray) -> float:
 
 
 def band_verdict(improvement: pd.DataFrame, cfg: StudyConfig, pick: str, workload: str, metric: str,
-             concs: list[int]) -> str:
+                 concs: list[int]) -> str:
     """real when the pick beats the baseline, paired by round, beyond the noise at every concurrency of the band;
     equivalent when a TOST shows it ties the baseline at every one."""
     if pick == cfg.baseline:
@@ -101,7 +101,8 @@ def band_verdict(improvement: pd.DataFrame, cfg: StudyConfig, pick: str, workloa
     return EQUIVALENT if len(rows) and (rows["verdict"] == EQUIVALENT).all() else WITHIN_NOISE
 
 
-def measured_between(improvement: pd.DataFrame, a: str, b: str, workload: str, metric: str, concs: list[int]) -> pd.DataFrame:
+def measured_between(improvement: pd.DataFrame, a: str, b: str, workload: str, metric: str,
+                     concs: list[int]) -> pd.DataFrame:
     """The measured comparisons of a and b (either way round) in one band x workload x metric."""
     pair = ((improvement["baseline"] == a) & (improvement["candidate"] == b)) | (
         (improvement["baseline"] == b) & (improvement["candidate"] == a))

@@ -100,8 +100,8 @@ def model_choice(pick: str, predictions: pd.DataFrame, improvement: pd.DataFrame
     concurrencies, among the algorithm's measured settings predicted at all of them (fewer steps on a tie)."""
     pred = predictions[(predictions["source"] == "measured") & (predictions["workload"] == workload)
                        & predictions["concurrency"].isin(concs) & predictions["measured"].astype(bool)]
-    family = [n for n, s in cfg.settings.items()
-              if s.get("speculative_algorithm") == algorithm and not s.get("speculative_adaptive") and not is_calibration(s)]
+    family = [n for n, s in cfg.settings.items() if s.get("speculative_algorithm") == algorithm
+              and not s.get("speculative_adaptive") and not is_calibration(s)]
     pred = pred[pred["setting"].isin(family)]
     full = pred.groupby("setting")["concurrency"].nunique() == len(set(concs))
     means = pred[pred["setting"].isin(full[full].index)].groupby("setting")[f"predicted_{METRIC}"].mean()
