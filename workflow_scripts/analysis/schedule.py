@@ -79,11 +79,16 @@ def band_start(below: int, above: int) -> int:
     return max(below + 1, math.isqrt(below * above - 1) + 1)
 
 
+def static_speculative(cfg: StudyConfig) -> dict[str, dict]:
+    """The settings a schedule can take its steps from: speculative, static (not adaptive), not calibration."""
+    return {name: s for name, s in cfg.settings.items()
+            if s.get("speculative_algorithm") and not s.get("speculative_adaptive") and not is_calibration(s)}
+
+
 def scheduled_algorithm(cfg: StudyConfig) -> tuple[str, dict] | None:
     """The speculative setting family the schedule switches: the algorithm with the most settings (first on a tie),
     and the lowest-steps setting of it as the template for the other keys."""
-    specs = {name: s for name, s in cfg.settings.items()
-             if s.get("speculative_algorithm") and not s.get("speculative_adaptive") and not is_calibration(s)}
+    specs = static_speculative(cfg)
     if not specs:
         return None
     algorithms = [s["speculative_algorithm"] for s in specs.values()]
@@ -100,8 +105,7 @@ def model_choice(pick: str, predictions: pd.DataFrame, improvement: pd.DataFrame
     concurrencies, among the algorithm's measured settings predicted at all of them (fewer steps on a tie)."""
     pred = predictions[(predictions["source"] == "measured") & (predictions["workload"] == workload)
                        & predictions["concurrency"].isin(concs) & predictions["measured"].astype(bool)]
-    family = [n for n, s in cfg.settings.items() if s.get("speculative_algorithm") == algorithm
-              and not s.get("speculative_adaptive") and not is_calibration(s)]
+    family = [n for n, s in static_speculative(cfg).items() if s["speculative_algorithm"] == algorithm]
     pred = pred[pred["setting"].isin(family)]
     full = pred.groupby("setting")["concurrency"].nunique() == len(set(concs))
     means = pred[pred["setting"].isin(full[full].index)].groupby("setting")[f"predicted_{METRIC}"].mean()
