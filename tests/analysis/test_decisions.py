@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workflow_scripts.analysis.decisions import (DECISION_COLUMNS, EQUIVALENT, ROUNDS_CAP, UNDECIDED, WINNER,
-                                                 RaceRule, decision_table, judge, race, rerun_lines, round_seconds,
-                                                 rounds_needed)
+from workflow_scripts.analysis.decisions import (BETTER, DECISION_COLUMNS, EQUIVALENT, ROUNDS_CAP, UNDECIDED,
+                                                 WINNER, WORSE, Challenge, RaceRule, challenge, decision_table, judge,
+                                                 race, rerun_lines, round_seconds, rounds_needed)
 from workflow_scripts.analysis.decisions import pair as paired_lead
 from workflow_scripts.analysis.paired import TOST_CI
 
@@ -103,6 +103,41 @@ def test_a_calibration_bystander_neither_wins_nor_is_eliminated(seed):
     assert not {"cal_fast", "cal_slow"} & set(result.eliminated)
     raced = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=6)  # as a contender
     assert all(v.best == "cal_fast" for v in raced.verdicts.values()) and "cal_slow" in raced.eliminated
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_challenger_never_races_and_is_judged_against_the_best(seed):
+    """An adaptive setting 30% ahead would win the race as a contender; as a challenger it is measured every round,
+    never eliminated, and each metric says how it stands against the race's best."""
+    data = rounds({"ctrl": 1.0, "ctrl_aa": 1.0, "a": 1.10, "slow": 0.6, "sched_fast": 1.43, "sched_tie": 1.10,
+                   "sched_slow": 0.7}, 6, seed, noise=0.005)
+    challengers = {"sched_fast", "sched_tie", "sched_slow"}
+    result = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=6, challengers=challengers)
+    assert all(v.best == "a" and v.decision == WINNER for v in result.verdicts.values())
+    assert "slow" in result.eliminated and not challengers & set(result.eliminated)
+    for by_name in result.challenges.values():
+        assert {n: c.verdict for n, c in by_name.items()} == {"sched_fast": BETTER, "sched_tie": EQUIVALENT,
+                                                              "sched_slow": WORSE}
+        assert 25 < by_name["sched_fast"].lead.diff_pct < 35 and -38 < by_name["sched_slow"].lead.diff_pct < -34
+    assert result.decided and result.settled
+    raced = race(data, "ctrl", "ctrl_aa", RaceRule(4.0, floor_pct=2.0), start=2, upto=6)  # as a contender
+    assert all(v.best == "sched_fast" for v in raced.verdicts.values()) and not any(raced.challenges.values())
+
+
+def test_an_open_challenge_keeps_a_decided_cell_going_until_out_of_reach():
+    """The static race is decided, but a challenger 1% behind on rounds 6% apart is neither shown tied nor behind:
+    the cell is not decided. 6 rounds could not decide it (settled: no more rounds), 60 could (not settled)."""
+    series = {"ctrl": {0: 100.0, 1: 100.0, 2: 100.0}, "fast": {0: 130.0, 1: 130.0, 2: 130.0},
+              "sched": {0: 137.0, 1: 122.0, 2: 128.5}}
+    rule = RaceRule(4.0, floor_pct=2.0)
+    near = race({"aggregate_tok_s": series}, "ctrl", None, rule, start=2, upto=3, max_rounds=6, challengers={"sched"})
+    assert near.verdicts["aggregate_tok_s"].decision == WINNER
+    sched = near.challenges["aggregate_tok_s"]["sched"]
+    assert sched.verdict == UNDECIDED and sched.out_of_reach and near.settled and not near.decided
+    far = race({"aggregate_tok_s": series}, "ctrl", None, rule, start=2, upto=3, max_rounds=60, challengers={"sched"})
+    assert not far.challenges["aggregate_tok_s"]["sched"].out_of_reach and not far.settled
+    # the table's verdict is the same test: challenge() on all the rounds, without a round limit
+    assert challenge(series, "fast", "sched", rule) == Challenge(UNDECIDED, sched.lead)
 
 
 def test_nothing_is_judged_from_one_round_and_the_margin_must_be_positive():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 
@@ -9,6 +10,7 @@ import numpy as np
 
 import pytest
 
+from workflow_scripts.analysis.decisions import WINNER
 from workflow_scripts.client.rounds import (Ledger, Planner, RoundPolicy, block_order, launch_index, launch_order,
                                            seeded_order)
 
@@ -102,6 +104,24 @@ def test_racing_stops_measuring_a_setting_beaten_on_both_metrics_but_never_the_c
     assert ledger.due("k", 1) == members and ledger.due("k", 2) == ["cal", "ctrl", "ctrl_aa", "fast"]
     assert ledger.complete_rounds("k") == [0, 1, 2]  # round 2 did not need `slow`
     assert not planner.needs_round("k", 3)  # `fast` leads the control by 30% on both metrics: decided
+
+
+def test_racing_keeps_measuring_a_challenger_until_its_verdict_is_decided(caplog):
+    """A schedule (a challenger) 1% off the best static on rounds 6% apart: the static race is decided after 3
+    rounds, but the schedule's verdict is not, so the cell goes on while 8 rounds could decide it; at 4 it could
+    not, and the log names the challenge. Never eliminated: every round measures it."""
+    members = ["ctrl", "fast", "sched"]
+    ledger = Ledger("ctrl", {"k": members}, challengers=frozenset({"sched"}))
+    for r, ratio in enumerate([1.07, 0.94, 0.99]):
+        for m, f in {"ctrl": 1.0, "fast": 1.3, "sched": 1.3 * ratio}.items():
+            ledger.add("k", m, r, {"aggregate_tok_s": 100 * f, "per_request_tok_s": 10 * f})
+    racing = Planner(RoundPolicy(2, 60, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
+    assert racing.needs_round("k", 3) and ledger.due("k", 3) == members
+    assert racing.race("k", 3).verdicts["aggregate_tok_s"].decision == WINNER
+    short = Planner(RoundPolicy(2, 4, 3.0, allocation="racing", equivalence_pct=4.0), ledger)
+    with caplog.at_level(logging.INFO, logger="workflow_scripts.client.rounds"):
+        assert not short.needs_round("k", 3) and short.out_of_reach == {"k": 3}
+    assert "sched against fast" in caplog.text
 
 
 def test_racing_measures_the_undecided_cell_nearest_a_decision_first():

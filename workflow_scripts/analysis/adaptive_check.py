@@ -10,31 +10,32 @@ steps), the calibration settings left out. One row per adaptive setting x cell x
 - `equivalent`: neither, and the TOST shows the tie (90% CI inside +-benchmark.equivalence_pct);
 - `undecided`: none of these on the rounds measured.
 
-`diff_pct` and its 95% CI are adaptive / best static - 1, paired by round with the study's pooled spread.
+`diff_pct` and its 95% CI are adaptive / best static - 1, paired by round with the study's pooled spread. The
+verdict is the race's own challenge (decisions.challenge): the benchmark's round loop judged the same way when it
+chose which cells got more rounds.
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from workflow_scripts.analysis.decisions import RaceRule, Series, cell_series, judge, pair
+from workflow_scripts.analysis.decisions import BETTER, UNDECIDED, WORSE, RaceRule, cell_series, challenge, judge
 from workflow_scripts.analysis.improvement import METRICS, Priors
-from workflow_scripts.analysis.paired import EQUIVALENT, TOST_CI, VariancePrior
-from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
+from workflow_scripts.analysis.paired import EQUIVALENT
+from workflow_scripts.analysis.study_config import StudyConfig, is_adaptive, is_calibration
 from workflow_scripts.analysis.summarize import MEASURED
 
-BETTER, WORSE, UNDECIDED = "better", "worse", "undecided"
 ADAPTIVE_COLUMNS = ["setting", "workload", "concurrency", "metric", "best_static", "verdict", "diff_pct",
                     "ci_low_pct", "ci_high_pct", "rounds"]
 
 
 def adaptive_settings(cfg: StudyConfig) -> list[str]:
-    return [name for name, args in cfg.settings.items() if args.get("speculative_adaptive")]
+    return [name for name, args in cfg.settings.items() if is_adaptive(args)]
 
 
 def static_settings(cfg: StudyConfig) -> list[str]:
     return [name for name, args in cfg.settings.items()
-            if not args.get("speculative_adaptive") and not is_calibration(args)]
+            if not is_adaptive(args) and not is_calibration(args)]
 
 
 def adaptive_table(values: pd.DataFrame, cfg: StudyConfig, rule: RaceRule, priors: Priors | None = None
@@ -52,21 +53,13 @@ def adaptive_table(values: pd.DataFrame, cfg: StudyConfig, rule: RaceRule, prior
             for name in adaptive:
                 if best is None or name not in series[metric]:
                     continue
-                lead = pair(series[metric], best, name, prior=prior)
+                result = challenge(series[metric], best, name, rule, prior=prior)
+                lead = result.lead
                 rows.append({"setting": name, "workload": workload, "concurrency": int(concurrency),
-                             "metric": metric, "best_static": best,
-                             "verdict": _verdict(series[metric], best, name, rule, prior),
+                             "metric": metric, "best_static": best, "verdict": result.verdict,
                              "diff_pct": lead.diff_pct, "ci_low_pct": lead.ci_low_pct,
                              "ci_high_pct": lead.ci_high_pct, "rounds": lead.rounds})
     return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
-
-
-def _verdict(series: Series, best: str, name: str, rule: RaceRule, prior: VariancePrior | None) -> str:
-    if rule.beaten(pair(series, best, name, prior=prior)):
-        return BETTER
-    if rule.beaten(pair(series, name, best, prior=prior)):
-        return WORSE
-    return EQUIVALENT if rule.equivalent(pair(series, best, name, ci=TOST_CI, prior=prior)) else UNDECIDED
 
 
 def adaptive_lines(adaptive: pd.DataFrame) -> list[str]:

@@ -39,7 +39,7 @@ from workflow_scripts.analysis.cost_model.data import decode_lengths, measured_d
 from workflow_scripts.analysis.cost_model.fit import CostFit, observed_step_cost
 from workflow_scripts.analysis.forward_time import forward_times
 from workflow_scripts.analysis.output import write_csv
-from workflow_scripts.analysis.study_config import CALIBRATION_KEY, StudyConfig, is_calibration
+from workflow_scripts.analysis.study_config import CALIBRATION_KEY, StudyConfig, is_adaptive, is_calibration
 from workflow_scripts.analysis.study_inputs import load_study
 from workflow_scripts.analysis.summarize import summarize_measured
 
@@ -62,7 +62,7 @@ def _median_ratio(cells: pd.DataFrame) -> float | None:
 def speculative_cells(requests: pd.DataFrame, rounds: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
     """Every static speculative cell, calibration or not, in the cost model's terms (CELL_COLUMNS)."""
     static = [name for name, args in cfg.settings.items()
-              if cfg.steps(name) > 0 and not args.get("speculative_adaptive")]
+              if cfg.steps(name) > 0 and not is_adaptive(args)]
     summary = summarize_measured(requests, rounds, cfg.bootstrap)
     data = measured_data(summary, check_histograms(requests, cfg.steps), cfg, static, rounds,
                          forward_times(requests), decode_lengths(requests, cfg.baseline))

@@ -28,6 +28,12 @@ The same projection says what an undecided metric would cost to decide (`rounds_
 the fewest rounds at which, at the present leads and spread, every survivor would be beaten or shown tied; inf
 beyond ROUNDS_CAP (a lead that sits on a margin: about the noise floor, or about the equivalence margin), NaN
 while unknown (a comparison with fewer than two rounds). The summary turns it into the budget of a rerun.
+
+*Challengers* (adaptive speculation and deployed schedules) are measured every round but never race: each is
+judged against the best of the race, `better`, `worse`, `equivalent` or `undecided` by the same tests
+(`challenge`), and a cell is decided only once every challenger is, settled once each is decided or out of reach.
+So a schedule check can race: beaten static settings drop out, and the rounds go to the cells whose schedules'
+verdicts are still open.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from workflow_scripts.analysis.paired import (EQUIVALENT, NO_PAIRS, TOST_CI, Pai
                                               paired_ratio)
 
 WINNER, UNDECIDED = "winner", "undecided"
+BETTER, WORSE = "better", "worse"  # a challenger against the best of the race
 DECISION_COLUMNS = ["workload", "concurrency", "metric", "decision", "best", "runner_up", "lead_pct", "ci_low_pct",
                     "ci_high_pct", "rounds", "eliminated", "rounds_needed", "round_s"]
 ROUNDS_CAP = 64  # rounds_needed looks no further: a lead this hard to tell from a margin is not worth a budget
@@ -153,21 +160,54 @@ def judge(series: Series, control: str, survivors: list[str], rule: RaceRule, be
     return Verdict(decision, best, runner, leads[runner] if runner else NO_PAIRS, beaten, out_of_reach, needed)
 
 
+@dataclass(frozen=True)
+class Challenge:
+    """A challenger against the best of the race on one metric of a cell (module doc)."""
+
+    verdict: str  # BETTER | WORSE | EQUIVALENT | UNDECIDED
+    lead: Paired  # challenger / best, paired by round
+    out_of_reach: bool = False  # undecided, and max_rounds could not decide it at the present lead
+
+
+def challenge(series: Series, best: str, name: str, rule: RaceRule, before: int | None = None,
+              prior: VariancePrior | None = None, max_rounds: int | None = None) -> Challenge:
+    """`name` against `best` by the race's tests: a real lead either way, else a shown tie, else undecided (and
+    given `max_rounds`, whether that many rounds could decide it)."""
+    lead, behind = pair(series, best, name, before, prior=prior), pair(series, name, best, before, prior=prior)
+    tost = pair(series, best, name, before, TOST_CI, prior)
+    if rule.beaten(lead):
+        return Challenge(BETTER, lead)
+    if rule.beaten(behind):
+        return Challenge(WORSE, lead)
+    if rule.equivalent(tost):
+        return Challenge(EQUIVALENT, lead)
+    ahead = lead if lead.diff_pct > 0 else behind  # the direction a real lead could still come from
+    out_of_reach = max_rounds is not None and rounds_needed(ahead, tost, rule, max(ROUNDS_CAP, max_rounds)) > max_rounds
+    return Challenge(UNDECIDED, lead, out_of_reach)
+
+
 @dataclass
 class Race:
-    """A cell's race so far: who was eliminated at which round, and the verdict per metric."""
+    """A cell's race so far: who was eliminated at which round, the verdict per metric and, per metric, each
+    challenger's against its best."""
 
     eliminated: dict[str, int] = field(default_factory=dict)  # member -> first round it was not measured in
     verdicts: dict[str, Verdict] = field(default_factory=dict)
+    challenges: dict[str, dict[str, Challenge]] = field(default_factory=dict)  # metric -> challenger -> challenge
 
     @property
     def decided(self) -> bool:
-        return bool(self.verdicts) and all(v.decision != UNDECIDED for v in self.verdicts.values())
+        return (bool(self.verdicts) and all(v.decision != UNDECIDED for v in self.verdicts.values())
+                and all(c.verdict != UNDECIDED for c in self._challenges()))
 
     @property
     def settled(self) -> bool:
-        """No round more is worth it: every metric decided or out of reach."""
-        return bool(self.verdicts) and all(v.decision != UNDECIDED or v.out_of_reach for v in self.verdicts.values())
+        """No round more is worth it: every metric and every challenge decided or out of reach."""
+        return (bool(self.verdicts) and all(v.decision != UNDECIDED or v.out_of_reach for v in self.verdicts.values())
+                and all(c.verdict != UNDECIDED or c.out_of_reach for c in self._challenges()))
+
+    def _challenges(self) -> list[Challenge]:
+        return [c for by_name in self.challenges.values() for c in by_name.values()]
 
     def eliminated_text(self, before: int) -> str:
         """`setting@round;...` in the order they went, of the eliminations before round `before`."""
@@ -177,14 +217,15 @@ class Race:
 
 def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceRule, start: int,
          upto: int, priors: Priors | None = None, bystanders: Collection[str] = (),
-         max_rounds: int | None = None) -> Race:
+         max_rounds: int | None = None, challengers: Collection[str] = ()) -> Race:
     """Replay the race of one cell: at each round boundary r in [start, upto], judged on the rounds before r,
     eliminate what is beaten on every metric from round r on; the verdicts are those at `upto`, before its own
     eliminations. Deterministic in the data, so a resumed benchmark job and the tables reach the same ones.
     `priors` (per metric) pool the CIs' spread; the benchmark's round loop fits them on the rounds before `upto`.
     `bystanders` are measured every round but never race: fixed-acceptance calibration settings, which no deployment
-    can run. With `max_rounds`, the verdicts at `upto` say which undecided metrics are out of reach."""
-    members = sorted({m for series in metrics.values() for m in series} - {twin} - set(bystanders))
+    can run. `challengers` are measured every round too, and judged against each metric's best at `upto` (module
+    doc). With `max_rounds`, the verdicts at `upto` say which undecided metrics and challenges are out of reach."""
+    members = sorted({m for series in metrics.values() for m in series} - {twin} - set(bystanders) - set(challengers))
     out = Race()
     for boundary in range(min(max(start, 2), upto), upto + 1):
         survivors = [m for m in members if m not in out.eliminated]
@@ -193,6 +234,9 @@ def race(metrics: dict[str, Series], control: str, twin: str | None, rule: RaceR
                     for metric, series in metrics.items()}
         if boundary == upto:
             out.verdicts = verdicts
+            out.challenges = {metric: {c: challenge(metrics[metric], v.best, c, rule, upto, (priors or {}).get(metric),
+                                                    max_rounds) for c in sorted(challengers) if c in metrics[metric]}
+                              for metric, v in verdicts.items() if v.best is not None}
         for m in survivors:
             if m != control and all(m in v.beaten for v in verdicts.values()):
                 out.eliminated[m] = boundary
@@ -229,7 +273,8 @@ def round_seconds(requests: pd.DataFrame) -> dict[tuple[str, int], float]:
 
 def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: RaceRule, start: int,
                    priors: Priors | None = None, bystanders: Collection[str] = (), max_rounds: int | None = None,
-                   round_s: dict[tuple[str, int], float] | None = None) -> pd.DataFrame:
+                   round_s: dict[tuple[str, int], float] | None = None, challengers: Collection[str] = ()
+                   ) -> pd.DataFrame:
     """tables/decisions.csv: the race of every measured cell replayed on its rounds, one row per metric, with the
     rounds an undecided metric needs (module doc; out of reach beyond `max_rounds`) and the seconds its cell's last
     round took (`round_s`: round_seconds).
@@ -240,7 +285,7 @@ def decision_table(values: pd.DataFrame, control: str, twin: str | None, rule: R
     for (workload, concurrency), cell in values.groupby(["workload", "concurrency"], sort=True):
         series, n_rounds = cell_series(cell)
         result = race(series, control, twin, rule, start, n_rounds, priors, bystanders,
-                      ROUNDS_CAP if max_rounds is None else max_rounds)
+                      ROUNDS_CAP if max_rounds is None else max_rounds, challengers)
         for metric in METRICS:
             v = result.verdicts[metric]
             rows.append({"workload": workload, "concurrency": int(concurrency), "metric": metric,

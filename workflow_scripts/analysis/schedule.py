@@ -37,7 +37,7 @@ from workflow_scripts.analysis.output import write_csv
 from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.paired import REAL
 from workflow_scripts.analysis.recommend import band_verdict, measured_between
-from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
+from workflow_scripts.analysis.study_config import StudyConfig, is_adaptive, is_calibration
 
 SCHEDULE_COLUMNS = ["workload", "band", "batch_from", "batch_to", "concurrencies", "steps", "recommended", "verdict",
                     "reason"]
@@ -82,7 +82,7 @@ def band_start(below: int, above: int) -> int:
 def static_speculative(cfg: StudyConfig) -> dict[str, dict]:
     """The settings a schedule can take its steps from: speculative, static (not adaptive), not calibration."""
     return {name: s for name, s in cfg.settings.items()
-            if s.get("speculative_algorithm") and not s.get("speculative_adaptive") and not is_calibration(s)}
+            if s.get("speculative_algorithm") and not is_adaptive(s) and not is_calibration(s)}
 
 
 def scheduled_algorithm(cfg: StudyConfig) -> tuple[str, dict] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import altair as alt
 import pandas as pd
 
-from workflow_scripts.analysis.study_config import StudyConfig
+from workflow_scripts.analysis.study_config import StudyConfig, is_adaptive
 
 
 def scheduled_points(measured: pd.DataFrame, schedule: pd.DataFrame, cfg: StudyConfig) -> pd.DataFrame:
@@ -13,7 +13,7 @@ def scheduled_points(measured: pd.DataFrame, schedule: pd.DataFrame, cfg: StudyC
     else (the cost model chose another step count) the setting of its algorithm with the band's steps; with 0 steps,
     every setting without speculation."""
     steps = measured["setting"].map(cfg.steps)
-    static = measured["setting"].map(lambda s: not cfg.settings.get(s, {}).get("speculative_adaptive"))
+    static = measured["setting"].map(lambda s: not is_adaptive(cfg.settings.get(s, {})))
     algorithm = measured["setting"].map(lambda s: cfg.settings.get(s, {}).get("speculative_algorithm"))
     points = []
     for r in schedule.itertuples():

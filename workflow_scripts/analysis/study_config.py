@@ -22,6 +22,12 @@ def is_calibration(setting: dict[str, Any]) -> bool:
     return setting.get(CALIBRATION_KEY) is not None
 
 
+def is_adaptive(setting: dict[str, Any]) -> bool:
+    """A setting whose steps change at run time (adaptive speculation, a deployed schedule): it never races, it
+    challenges the best static setting of each cell (analysis/decisions.py)."""
+    return bool(setting.get("speculative_adaptive"))
+
+
 @dataclass(frozen=True)
 class StudyConfig:
     """Settings, workloads and the ``analysis`` block of the study config."""

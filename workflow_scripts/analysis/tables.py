@@ -24,7 +24,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from workflow_scripts.analysis import launch_position
-from workflow_scripts.analysis.adaptive_check import adaptive_table
+from workflow_scripts.analysis.adaptive_check import adaptive_settings, adaptive_table
 from workflow_scripts.analysis.cost_model.report import CostModelReport, add_predicted_best, analyse
 from workflow_scripts.analysis.decisions import RaceRule, decision_table, round_seconds
 from workflow_scripts.analysis.gap import gap_sentence, gap_table
@@ -169,7 +169,7 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
                                    priors)
         rule = RaceRule(cfg.equivalence_pct, floor_pct)
         decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors, calibration,
-                                   cfg.max_repeats, round_seconds(study.requests))
+                                   cfg.max_repeats, round_seconds(study.requests), adaptive_settings(cfg))
         adaptive = adaptive_table(values(cells), cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()

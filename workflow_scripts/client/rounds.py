@@ -108,6 +108,8 @@ class Ledger:
     launches: dict[int, list[str]] = field(default_factory=dict)
     # measured every round, never racing: fixed-acceptance calibration settings (decisions.race)
     bystanders: frozenset[str] = frozenset()
+    # measured every round, judged against the race's best: adaptive settings and deployed schedules
+    challengers: frozenset[str] = frozenset()
     _adjusted: dict = field(default_factory=dict, repr=False)
 
     def add(self, cell: str, member: str, round_: int, metrics: dict[str, float]) -> None:
@@ -216,7 +218,7 @@ class Planner:
         metrics = {metric: self.ledger.series(cell, metric, round_) for metric in METRICS}
         result = race(metrics, self.ledger.control, self.ledger.twin, rule, self.policy.repeats, round_,
                       self.ledger.priors(round_) if priors is None else priors, self.ledger.bystanders,
-                      self.policy.max_repeats)
+                      self.policy.max_repeats, self.ledger.challengers)
         self.ledger.eliminated[cell] = dict(result.eliminated)
         return result
 
@@ -232,9 +234,13 @@ class Planner:
                 self.out_of_reach.pop(cell, None)
             elif cell not in self.out_of_reach:
                 self.out_of_reach[cell] = round_
-                leads = "; ".join(f"{metric}: {v.best} over {v.runner_up} {v.lead.diff_pct:+.1f}% "
-                                  f"±{v.lead.half_width_pct:.1f}" for metric, v in result.verdicts.items()
-                                  if v.out_of_reach)
+                leads = "; ".join([*(f"{metric}: {v.best} over {v.runner_up} {v.lead.diff_pct:+.1f}% "
+                                     f"±{v.lead.half_width_pct:.1f}" for metric, v in result.verdicts.items()
+                                     if v.out_of_reach),
+                                   *(f"{metric}: {name} against {result.verdicts[metric].best} "
+                                     f"{c.lead.diff_pct:+.1f}% ±{c.lead.half_width_pct:.1f}"
+                                     for metric, by_name in result.challenges.items()
+                                     for name, c in by_name.items() if c.out_of_reach)])
                 log.info("cell %s: out of reach of %d rounds after %d (%s); no more rounds", cell,
                          self.policy.max_repeats, round_, leads)
             return not result.settled

@@ -35,7 +35,7 @@ import pandas as pd
 import uvloop
 from tqdm import tqdm
 
-from workflow_scripts.analysis.study_config import is_calibration
+from workflow_scripts.analysis.study_config import is_adaptive, is_calibration
 from workflow_scripts.io import atomic_write_text
 from workflow_scripts.client.cache import CellCache, cell_metrics, runtime_key
 from workflow_scripts.client.cell import CellPlan, CellResult, run_cell_async, sampling_params, seed_base
@@ -60,8 +60,10 @@ class Cohort:
         self.id, self.control = plan["id"], plan["control"]
         self.cells = {cell["key"]: cell for cell in plan["cells"]}
         members_of = {key: [name for name, m in plan["members"].items() if key in m["cells"]] for key in self.cells}
-        self.ledger = Ledger(self.control, members_of, bystanders=frozenset(
-            name for name, member in plan["members"].items() if is_calibration(member["args"])))
+        members = plan["members"].items()
+        self.ledger = Ledger(self.control, members_of,
+                             bystanders=frozenset(name for name, m in members if is_calibration(m["args"])),
+                             challengers=frozenset(name for name, m in members if is_adaptive(m["args"])))
         self.planner = Planner(RoundPolicy.from_plan(plan["rounds"]), self.ledger)
         self.schedule = resolve_schedule(plan, models)
         self.cache = CellCache(args.cells_dir / runtime_key(plan, models, self.schedule))
