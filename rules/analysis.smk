@@ -97,6 +97,7 @@ rule analysis_summary:
         precision=f"{RESULTS}/tables/precision.csv",
         decisions=f"{RESULTS}/tables/decisions.csv",
         adaptive=f"{RESULTS}/tables/adaptive.csv",
+        thresholds=f"{RESULTS}/tables/thresholds.csv",
         cells=f"{RESULTS}/tables/cells.csv",
         meta=expand(f"{RESULTS}/benchmark/{{cohort}}.json", cohort=list(COHORT_BY_ID)),
         cost_model_md=f"{RESULTS}/tables/cost_model.md",

@@ -43,12 +43,13 @@ TABLE_VIEWS = {
     "aa": ("2 Throughput and speedup", "aa"),
     "decisions": ("1 Summary", "decisions"),
     "adaptive": ("1 Summary", "adaptive"),
+    "thresholds": ("1 Summary", "thresholds"),
     "acceptance_by_position": ("3 Acceptance and lossless", "acceptance_by_position"),
     "cost_model": ("2 Throughput and speedup", "cost_model"),
 }
 CSV_TABLES = ["summary", "cells", "improvement", "article_tables", "gap", "recommendation",
               "recommendation_scores", "lossless", "latency_quantiles", "aa", "precision", "decisions", "adaptive",
-              "acceptance_by_position",
+              "thresholds", "acceptance_by_position",
               "cost_model_params", "cost_model_predictions", "cost_model_validation"]
 CSV_CATEGORY = "6 Data (CSV)"
 

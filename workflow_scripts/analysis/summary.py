@@ -28,6 +28,7 @@ from workflow_scripts.analysis.noise import read_cohort_meta
 from workflow_scripts.analysis.paired import REAL
 from workflow_scripts.analysis.output import TABLE_CSS
 from workflow_scripts.analysis.server_cost import server_cost_lines
+from workflow_scripts.analysis.thresholds import threshold_lines
 from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.study_config import StudyConfig
 
@@ -160,6 +161,7 @@ def render(cfg: StudyConfig, study: str, tables_dir: Path, metas: list[dict]) ->
         f"# Study `{study}`: speculative decoding against `{cfg.baseline}`", "",
         *decision_lines(_read(tables_dir, "decisions"), aa, _read(tables_dir, "cells"), cfg.max_repeats),
         *adaptive_lines(_read(tables_dir, "adaptive")),
+        *threshold_lines(_read(tables_dir, "thresholds")),
         "Throughput is the median over rounds. Every comparison pairs cells measured in the same round (a round "
         "measures one cell on every setting); brackets give the 95% CI of the geometric-mean ratio over rounds "
         "(a t interval on the log ratios, their spread pooled over the study's comparisons: docs/method.md), and "

@@ -4,7 +4,7 @@
         --requests results/S/requests/*.parquet --cohort-meta results/S/benchmark/*.json --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions and adaptive as CSV,
+recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions, adaptive and thresholds as CSV,
 noise_floor.json, the cost model's acceptance_by_position, cost_model_params, cost_model_predictions,
 cost_model_validation (CSV) and cost_model.md, and HTML views for the report. The control's A/A twin appears only
 in aa.csv, the noise floor and cells.csv.
@@ -36,6 +36,7 @@ from workflow_scripts.io import atomic_write_text
 from workflow_scripts.analysis.recommend import recommend, score_table
 from workflow_scripts.analysis.study_config import StudyConfig, is_calibration
 from workflow_scripts.analysis.study_inputs import load_study
+from workflow_scripts.analysis.thresholds import threshold_table
 from workflow_scripts.analysis.summarize import (MEASURED, improvement_values, latency_quantiles,
                                                  summarize_external, summarize_measured)
 
@@ -76,6 +77,7 @@ class StudyTables:
     precision: pd.DataFrame
     decisions: pd.DataFrame
     adaptive: pd.DataFrame
+    thresholds: pd.DataFrame
 
     @property
     def floor_sentence(self) -> str:
@@ -97,7 +99,7 @@ class StudyTables:
                 "article_tables": article_long, "gap": self.gap, "recommendation": self.recommendation,
                 "recommendation_scores": self.recommendation_scores, "lossless": self.lossless,
                 "latency_quantiles": self.latency_quantiles, "aa": self.aa, "precision": self.precision,
-                "decisions": self.decisions, "adaptive": self.adaptive,
+                "decisions": self.decisions, "adaptive": self.adaptive, "thresholds": self.thresholds,
                 "acceptance_by_position": self.cost_model.acceptance, "cost_model_params": self.cost_model.params,
                 "cost_model_predictions": self.cost_model.predictions,
                 "cost_model_validation": self.cost_model.validation}
@@ -115,6 +117,8 @@ class StudyTables:
                                    [("", self.decisions)], self.floor_sentence),
             "adaptive": html_page("Adaptive speculation and deployed schedules against the best static setting",
                                   [("", self.adaptive)], self.floor_sentence),
+            "thresholds": html_page("Deployed schedules at their switching thresholds, against the static setting "
+                                    "they run on each side", [("", self.thresholds)], self.floor_sentence),
             "gap": html_page("Synthetic vs realistic speedup", [("", self.gap)], self.gap_sentence),
             "recommendation": html_page("Recommendation per concurrency band × workload",
                                         [("Recommendation", self.recommendation),
@@ -171,6 +175,7 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors, calibration,
                                    cfg.max_repeats, round_seconds(study.requests), adaptive_settings(cfg))
         adaptive = adaptive_table(values(cells), cfg, rule, priors)
+        thresholds = threshold_table(values(cells), cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()
         contenders = measured.without(calibration)
@@ -185,7 +190,7 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
             recommendation_scores=scores, lossless=lossless_table(requests, cfg.baseline),
             latency_quantiles=latency_quantiles(requests), cost_model=cost,
             aa=aa, noise_floor=floor, precision=precision_table(metas), decisions=decisions,
-            adaptive=adaptive)
+            adaptive=adaptive, thresholds=thresholds)
         steps.update()
     return tables
 
