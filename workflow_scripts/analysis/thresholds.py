@@ -32,15 +32,18 @@ THRESHOLD_COLUMNS = ["setting", "workload", "breakpoint", "side", "concurrency",
                      "verdict", "diff_pct", "ci_low_pct", "ci_high_pct", "rounds"]
 
 
-def schedule_tiers(setting: dict) -> dict[int, int] | None:
-    """Batch-size key -> its one tier, for a schedule; None for a config with several tiers in an entry, or none."""
-    path = setting.get("speculative_adaptive_config")
-    if path is None:
-        return None
-    entries = batch_entries(load_adaptive_config(path))
+def fixed_tiers(adaptive_config: dict) -> dict[int, int] | None:
+    """Batch-size key -> its one tier, for a schedule's config; None when an entry has several (SGLang's tiers)."""
+    entries = batch_entries(adaptive_config)
     if any(len(set(entry["candidate_steps"])) != 1 for entry in entries.values()):
         return None
     return {size: entries[size]["candidate_steps"][0] for size in sorted(entries)}
+
+
+def schedule_tiers(setting: dict) -> dict[int, int] | None:
+    """fixed_tiers of a setting's adaptive config; None without one (SGLang's default tiers)."""
+    path = setting.get("speculative_adaptive_config")
+    return None if path is None else fixed_tiers(load_adaptive_config(path))
 
 
 def steps_at(tiers: dict[int, int], batch: int) -> int:
