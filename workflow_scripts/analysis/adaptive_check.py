@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workflow_scripts.analysis.decisions import BETTER, UNDECIDED, WORSE, RaceRule, cell_series, challenge, judge
+from workflow_scripts.analysis.decisions import BETTER, UNDECIDED, WORSE, RaceRule, cell_series, race
 from workflow_scripts.analysis.improvement import METRICS, Priors
 from workflow_scripts.analysis.paired import EQUIVALENT
 from workflow_scripts.analysis.study_config import StudyConfig, is_adaptive, is_calibration
@@ -40,25 +40,21 @@ def static_settings(cfg: StudyConfig) -> list[str]:
 
 def adaptive_table(values: pd.DataFrame, cfg: StudyConfig, rule: RaceRule, priors: Priors | None = None
                    ) -> pd.DataFrame:
-    """tables/adaptive.csv (module doc) from one row per setting and round (summarize.improvement_values)."""
+    """tables/adaptive.csv (module doc) from one row per setting and round (summarize.improvement_values): each
+    cell's race replayed on its rounds, the adaptive settings its challengers, so the best static setting is the
+    race's best among the settings it still measured."""
     adaptive, static = adaptive_settings(cfg), static_settings(cfg)
     rows = []
     measured = values[(values["source"] == MEASURED) & values["setting"].isin([*adaptive, *static])]
     for (workload, concurrency), cell in measured.groupby(["workload", "concurrency"], sort=True):
-        series, _ = cell_series(cell)
-        for metric in METRICS:
-            prior = (priors or {}).get(metric)
-            statics = [s for s in static if s in series[metric]]
-            best = judge(series[metric], cfg.baseline, statics, rule, prior=prior).best
-            for name in adaptive:
-                if best is None or name not in series[metric]:
-                    continue
-                result = challenge(series[metric], best, name, rule, prior=prior)
-                lead = result.lead
+        series, n_rounds = cell_series(cell)
+        result = race(series, cfg.baseline, None, rule, cfg.repeats, n_rounds, priors, challengers=adaptive)
+        for metric, by_name in result.challenges.items():
+            for name, c in by_name.items():
                 rows.append({"setting": name, "workload": workload, "concurrency": int(concurrency),
-                             "metric": metric, "best_static": best, "verdict": result.verdict,
-                             "diff_pct": lead.diff_pct, "ci_low_pct": lead.ci_low_pct,
-                             "ci_high_pct": lead.ci_high_pct, "rounds": lead.rounds})
+                             "metric": metric, "best_static": result.verdicts[metric].best, "verdict": c.verdict,
+                             "diff_pct": c.lead.diff_pct, "ci_low_pct": c.lead.ci_low_pct,
+                             "ci_high_pct": c.lead.ci_high_pct, "rounds": c.lead.rounds})
     return pd.DataFrame(rows, columns=ADAPTIVE_COLUMNS)
 
 
