@@ -4,8 +4,8 @@
         --requests results/S/requests/*.parquet --cohort-meta results/S/benchmark/*.json --out-dir results/S/tables
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
-recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions, adaptive and thresholds as CSV,
-noise_floor.json, the cost model's acceptance_by_position, cost_model_params, cost_model_predictions,
+recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions, adaptive and
+thresholds as CSV, noise_floor.json, the cost model's acceptance_by_position, cost_model_params, cost_model_predictions,
 cost_model_validation (CSV) and cost_model.md, and HTML views for the report. The control's A/A twin appears only
 in aa.csv, the noise floor and cells.csv.
 """
@@ -174,8 +174,9 @@ def build(cfg: StudyConfig, request_paths: list[Path], meta_paths: list[Path] = 
         rule = RaceRule(cfg.equivalence_pct, floor_pct)
         decisions = decision_table(all_values, cfg.baseline, cfg.twin, rule, cfg.repeats, priors, calibration,
                                    cfg.max_repeats, round_seconds(study.requests), adaptive_settings(cfg))
-        adaptive = adaptive_table(values(cells), cfg, rule, priors)
-        thresholds = threshold_table(values(cells), cfg, rule, priors)
+        measured_values = values(cells)
+        adaptive = adaptive_table(measured_values, cfg, rule, priors)
+        thresholds = threshold_table(measured_values, cfg, rule, priors)
         gap = gap_table(improvement, cfg)
         steps.update()
         contenders = measured.without(calibration)
