@@ -5,8 +5,8 @@
 
 Writes (all atomically) into --out-dir: summary, cells, improvement, article_tables (.md too), gap,
 recommendation, recommendation_scores, lossless, latency_quantiles, aa, precision, decisions, adaptive and
-thresholds as CSV, noise_floor.json, the cost model's acceptance_by_position, cost_model_params, cost_model_predictions,
-cost_model_validation (CSV) and cost_model.md, and HTML views for the report. The control's A/A twin appears only
+thresholds as CSV, noise_floor.json, the cost model's acceptance_by_position, cost_model_params,
+cost_model_predictions, cost_model_validation (CSV) and cost_model.md, and HTML views for the report. The control's A/A twin appears only
 in aa.csv, the noise floor and cells.csv.
 """
 
