@@ -26,7 +26,7 @@ from workflow_scripts.analysis.paired import EQUIVALENT
 from workflow_scripts.analysis.schedule import static_speculative
 from workflow_scripts.analysis.study_config import StudyConfig
 from workflow_scripts.analysis.summarize import MEASURED
-from workflow_scripts.engine.adaptive import batch_entries, load_adaptive_config
+from workflow_scripts.engine.adaptive import batch_entries, load_adaptive_config, route
 
 THRESHOLD_COLUMNS = ["setting", "workload", "breakpoint", "side", "concurrency", "steps", "metric", "static",
                      "verdict", "diff_pct", "ci_low_pct", "ci_high_pct", "rounds"]
@@ -47,8 +47,8 @@ def schedule_tiers(setting: dict) -> dict[int, int] | None:
 
 
 def steps_at(tiers: dict[int, int], batch: int) -> int:
-    """The tier a batch of `batch` runs: the entry with the largest key <= batch (the smallest key below that)."""
-    return tiers[max([size for size in tiers if size <= batch], default=min(tiers))]
+    """The tier a batch of `batch` runs, routed as the engine routes it (engine/adaptive.route)."""
+    return tiers[route(sorted(tiers), batch)]
 
 
 def static_with_steps(cfg: StudyConfig, setting: dict, steps: int) -> str | None:

@@ -81,6 +81,12 @@ def initial_steps(cfg: dict, steps: int | None) -> int:
     return steps
 
 
+def route(sizes: list[int], batch_size: int) -> int:
+    """The batch-size key (of `sizes`, sorted) whose entry serves a decode batch of `batch_size`: the largest key <=
+    it, else the smallest key."""
+    return sizes[max(0, bisect.bisect_right(sizes, batch_size) - 1)]
+
+
 class AdaptiveStepSlot:
     """One batch-size entry: an EMA of accepted drafts choosing among its candidate tiers."""
 
@@ -169,5 +175,4 @@ class AdaptiveSpeculativeParams:
         return slot.current_steps if slot.update(correct_drafts) else None
 
     def _route(self, batch_size: int) -> AdaptiveStepSlot:
-        idx = bisect.bisect_right(self._bs_list, batch_size) - 1
-        return self._slots[self._bs_list[max(0, idx)]]
+        return self._slots[route(self._bs_list, batch_size)]
